@@ -1,0 +1,233 @@
+"""``torch.library`` custom ops for 3D sparse convolution (namespace
+``hybrid_trt``).
+
+Each op has a torch implementation (CPU, and any device as fallback), a
+Triton implementation registered for CUDA, and a fake implementation so
+Dynamo captures models without graph breaks. The strided rulebook is the one
+op whose output size depends on the data; its fake returns an unbacked size.
+
+Schemas (``K = kD * kH * kW``):
+
+  sparse_rulebook_subm(Tensor indices, int[] spatial_shape, int[] kernel_size,
+                       int[] dilation) -> Tensor nbr                 # [N, K]
+  sparse_rulebook_strided(Tensor indices, int[] spatial_shape,
+                          int[] kernel_size, int[] stride, int[] padding,
+                          int[] dilation) -> (Tensor out_indices,    # [M, 4]
+                                              Tensor nbr)            # [M, K]
+  sparse_rulebook_transpose(Tensor nbr, SymInt num_in) -> Tensor     # [num_in, K]
+  sparse_conv_compute(Tensor features, Tensor weight, Tensor nbr,
+                      Tensor? bias) -> Tensor                        # [M, Cout]
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Optional
+
+import torch
+
+from . import reference
+from .geometry import conv_output_shape, subm_padding, triple
+
+log = logging.getLogger("hybrid_trt")
+
+# Escape hatch for debugging a suspected kernel bug on a GPU machine.
+_FORCE_TORCH = os.environ.get("HYBRID_TRT_SPARSE_TORCH_ONLY", "0") == "1"
+
+
+def _triton():
+    from . import triton_kernels
+
+    return triton_kernels
+
+
+def _check_indices(indices: torch.Tensor, op: str) -> None:
+    if indices.dim() != 2 or indices.shape[1] != 4:
+        raise ValueError(
+            f"{op}: indices must be [N, 4] rows of (batch, z, y, x), got shape {tuple(indices.shape)}"
+        )
+    if indices.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"{op}: indices must be int32 (spconv convention), got {indices.dtype}")
+
+
+def _check_geometry(spatial_shape, kernel_size, stride, padding, dilation, op: str) -> None:
+    for name, value in (
+        ("spatial_shape", spatial_shape),
+        ("kernel_size", kernel_size),
+        ("stride", stride),
+        ("padding", padding),
+        ("dilation", dilation),
+    ):
+        if len(value) != 3:
+            raise ValueError(f"{op}: {name} must have 3 entries (z, y, x), got {list(value)}")
+    if min(kernel_size) <= 0 or min(stride) <= 0 or min(dilation) <= 0 or min(spatial_shape) <= 0:
+        raise ValueError(f"{op}: spatial_shape, kernel_size, stride and dilation must be positive")
+    if min(padding) < 0:
+        raise ValueError(f"{op}: padding must be non-negative, got {list(padding)}")
+
+
+# --------------------------------------------------------------------------
+# sparse_rulebook_subm
+# --------------------------------------------------------------------------
+
+
+@torch.library.custom_op("hybrid_trt::sparse_rulebook_subm", mutates_args=())
+def sparse_rulebook_subm(
+    indices: torch.Tensor,
+    spatial_shape: list[int],
+    kernel_size: list[int],
+    dilation: list[int],
+) -> torch.Tensor:
+    """Neighbour map of a submanifold conv: outputs are the input sites."""
+    ks, dil = triple(kernel_size, "kernel_size"), triple(dilation, "dilation")
+    _check_indices(indices, "sparse_rulebook_subm")
+    _check_geometry(spatial_shape, ks, (1, 1, 1), (0, 0, 0), dil, "sparse_rulebook_subm")
+    return reference.neighbor_map(indices, indices, spatial_shape, ks, (1, 1, 1), subm_padding(ks, dil), dil)
+
+
+@sparse_rulebook_subm.register_kernel("cuda")
+def _(indices, spatial_shape, kernel_size, dilation):
+    ks, dil = triple(kernel_size, "kernel_size"), triple(dilation, "dilation")
+    _check_indices(indices, "sparse_rulebook_subm")
+    _check_geometry(spatial_shape, ks, (1, 1, 1), (0, 0, 0), dil, "sparse_rulebook_subm")
+    if _FORCE_TORCH:
+        return reference.neighbor_map(indices, indices, spatial_shape, ks, (1, 1, 1), subm_padding(ks, dil), dil)
+    return _triton().neighbor_search(indices, indices, spatial_shape, ks, (1, 1, 1), subm_padding(ks, dil), dil)
+
+
+@sparse_rulebook_subm.register_fake
+def _(indices, spatial_shape, kernel_size, dilation):
+    K = kernel_size[0] * kernel_size[1] * kernel_size[2]
+    return indices.new_empty((indices.shape[0], K), dtype=torch.int32)
+
+
+# --------------------------------------------------------------------------
+# sparse_rulebook_strided
+# --------------------------------------------------------------------------
+
+
+def _strided_impl(indices, spatial_shape, kernel_size, stride, padding, dilation, search):
+    ks, st = triple(kernel_size, "kernel_size"), triple(stride, "stride")
+    pad, dil = triple(padding, "padding"), triple(dilation, "dilation")
+    _check_indices(indices, "sparse_rulebook_strided")
+    _check_geometry(spatial_shape, ks, st, pad, dil, "sparse_rulebook_strided")
+    out_shape = conv_output_shape(spatial_shape, ks, st, pad, dil)
+    out_indices = reference.strided_out_indices(indices, out_shape, ks, st, pad, dil)
+    nbr = search(out_indices, indices, spatial_shape, ks, st, pad, dil)
+    return out_indices, nbr
+
+
+@torch.library.custom_op("hybrid_trt::sparse_rulebook_strided", mutates_args=())
+def sparse_rulebook_strided(
+    indices: torch.Tensor,
+    spatial_shape: list[int],
+    kernel_size: list[int],
+    stride: list[int],
+    padding: list[int],
+    dilation: list[int],
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Output sites (sorted by (b, z, y, x)) and neighbour map of a regular
+    sparse conv. The number of output sites depends on the data."""
+    return _strided_impl(indices, spatial_shape, kernel_size, stride, padding, dilation, reference.neighbor_map)
+
+
+@sparse_rulebook_strided.register_kernel("cuda")
+def _(indices, spatial_shape, kernel_size, stride, padding, dilation):
+    search = reference.neighbor_map if _FORCE_TORCH else _triton().neighbor_search
+    return _strided_impl(indices, spatial_shape, kernel_size, stride, padding, dilation, search)
+
+
+@sparse_rulebook_strided.register_fake
+def _(indices, spatial_shape, kernel_size, stride, padding, dilation):
+    K = kernel_size[0] * kernel_size[1] * kernel_size[2]
+    num_out = torch.library.get_ctx().new_dynamic_size()
+    return (
+        indices.new_empty((num_out, 4), dtype=torch.int32),
+        indices.new_empty((num_out, K), dtype=torch.int32),
+    )
+
+
+# --------------------------------------------------------------------------
+# sparse_rulebook_transpose
+# --------------------------------------------------------------------------
+
+
+@torch.library.custom_op("hybrid_trt::sparse_rulebook_transpose", mutates_args=())
+def sparse_rulebook_transpose(nbr: torch.Tensor, num_in: int) -> torch.Tensor:
+    """Neighbour map of the inverse conv of the conv that produced ``nbr``."""
+    return reference.transpose_neighbor_map(nbr, num_in)
+
+
+@sparse_rulebook_transpose.register_kernel("cuda")
+def _(nbr, num_in):
+    if _FORCE_TORCH:
+        return reference.transpose_neighbor_map(nbr, num_in)
+    return _triton().transpose_neighbor_map(nbr, num_in)
+
+
+@sparse_rulebook_transpose.register_fake
+def _(nbr, num_in):
+    return nbr.new_empty((num_in, nbr.shape[1]), dtype=torch.int32)
+
+
+# --------------------------------------------------------------------------
+# sparse_conv_compute
+# --------------------------------------------------------------------------
+
+
+def _check_compute(features, weight, nbr, bias):
+    if features.dim() != 2:
+        raise ValueError(f"sparse_conv_compute: features must be [N, Cin], got {tuple(features.shape)}")
+    if weight.dim() != 5:
+        raise ValueError(
+            "sparse_conv_compute: weight must be [Cout, kD, kH, kW, Cin] (spconv layout), "
+            f"got shape {tuple(weight.shape)}"
+        )
+    if weight.shape[-1] != features.shape[1]:
+        raise ValueError(
+            f"sparse_conv_compute: features have {features.shape[1]} channels but the weight "
+            f"expects {weight.shape[-1]} input channels"
+        )
+    k = weight.shape[1] * weight.shape[2] * weight.shape[3]
+    if nbr.dim() != 2 or nbr.shape[1] != k:
+        raise ValueError(
+            f"sparse_conv_compute: rulebook shape {tuple(nbr.shape)} does not match a kernel of "
+            f"{k} offsets; was the indice_key reused with a different kernel_size?"
+        )
+    if bias is not None and bias.shape != (weight.shape[0],):
+        raise ValueError(f"sparse_conv_compute: bias must be [Cout={weight.shape[0]}], got {tuple(bias.shape)}")
+
+
+@torch.library.custom_op("hybrid_trt::sparse_conv_compute", mutates_args=())
+def sparse_conv_compute(
+    features: torch.Tensor,
+    weight: torch.Tensor,
+    nbr: torch.Tensor,
+    bias: Optional[torch.Tensor],
+) -> torch.Tensor:
+    """``out[m] = bias + sum_k W[:, k, :] @ features[nbr[m, k]]`` over the
+    offsets with ``nbr[m, k] >= 0``; weight layout ``[Cout, kD, kH, kW, Cin]``."""
+    _check_compute(features, weight, nbr, bias)
+    return reference.conv_compute(features, weight, nbr, bias)
+
+
+@sparse_conv_compute.register_kernel("cuda")
+def _(features, weight, nbr, bias):
+    _check_compute(features, weight, nbr, bias)
+    if _FORCE_TORCH:
+        return reference.conv_compute(features, weight, nbr, bias)
+    return _triton().conv_compute(features, weight, nbr, bias)
+
+
+@sparse_conv_compute.register_fake
+def _(features, weight, nbr, bias):
+    return features.new_empty((nbr.shape[0], weight.shape[0]))
+
+
+OPS = (
+    sparse_rulebook_subm,
+    sparse_rulebook_strided,
+    sparse_rulebook_transpose,
+    sparse_conv_compute,
+)

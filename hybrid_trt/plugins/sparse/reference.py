@@ -1,0 +1,121 @@
+"""Device-agnostic torch implementations of the sparse-conv primitives.
+
+These are the CPU kernels of the custom ops and the oracle the Triton
+kernels are tested against. Everything is vectorised over voxels: the only
+Python loop is over kernel offsets (at most a few hundred), never over sites.
+
+Rulebook format ("neighbour map"): an int32 ``[M, K]`` tensor ``nbr`` where
+``nbr[m, k]`` is the row of the input feature matrix that kernel offset ``k``
+reads for output site ``m``, or ``-1`` where that input site is inactive.
+This pull-style map lets the compute kernel write each output row once, with
+no atomics, which also makes it deterministic.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from .geometry import Triple, hash_coords, kernel_offsets, unhash_coords
+
+
+def sort_keys(indices: torch.Tensor, spatial_shape: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sorted int64 keys of the active sites and the permutation back to rows."""
+    keys = hash_coords(indices[:, 0], indices[:, 1:], spatial_shape)
+    return torch.sort(keys)
+
+
+def neighbor_map(
+    out_indices: torch.Tensor,
+    in_indices: torch.Tensor,
+    in_spatial_shape: Sequence[int],
+    kernel_size: Triple,
+    stride: Triple,
+    padding: Triple,
+    dilation: Triple,
+) -> torch.Tensor:
+    """For output site ``o`` and kernel position ``k`` the input site read is
+    ``o * stride - padding + k * dilation`` (the dense conv3d relation)."""
+    device = out_indices.device
+    M = out_indices.shape[0]
+    offsets = kernel_offsets(kernel_size, device)
+    K = offsets.shape[0]
+    if M == 0 or in_indices.shape[0] == 0:
+        return torch.full((M, K), -1, dtype=torch.int32, device=device)
+
+    sorted_keys, perm = sort_keys(in_indices, in_spatial_shape)
+    st = torch.tensor(stride, device=device)
+    pad = torch.tensor(padding, device=device)
+    dil = torch.tensor(dilation, device=device)
+    shape = torch.tensor(list(in_spatial_shape), device=device)
+
+    pos = out_indices[:, None, 1:].long() * st - pad + offsets[None] * dil  # [M, K, 3]
+    in_bounds = ((pos >= 0) & (pos < shape)).all(dim=-1)
+    keys = hash_coords(out_indices[:, None, 0], pos, in_spatial_shape).contiguous()
+    loc = torch.searchsorted(sorted_keys, keys).clamp_(max=sorted_keys.shape[0] - 1)
+    found = in_bounds & (sorted_keys[loc] == keys)
+    return torch.where(found, perm[loc], -1).to(torch.int32)
+
+
+def strided_out_indices(
+    in_indices: torch.Tensor,
+    out_spatial_shape: Sequence[int],
+    kernel_size: Triple,
+    stride: Triple,
+    padding: Triple,
+    dilation: Triple,
+) -> torch.Tensor:
+    """Active output sites of a regular (strided) sparse conv: every output
+    whose receptive field holds at least one active input. Sorted by key,
+    so the output order is deterministic and spatially coherent."""
+    device = in_indices.device
+    if in_indices.shape[0] == 0:
+        return torch.empty((0, 4), dtype=torch.int32, device=device)
+    offsets = kernel_offsets(kernel_size, device)
+    st = torch.tensor(stride, device=device)
+    pad = torch.tensor(padding, device=device)
+    dil = torch.tensor(dilation, device=device)
+    shape = torch.tensor(list(out_spatial_shape), device=device)
+
+    num = in_indices[:, None, 1:].long() + pad - offsets[None] * dil  # [N, K, 3]
+    out = torch.div(num, st, rounding_mode="floor")
+    ok = ((num >= 0) & (num % st == 0) & (out < shape)).all(dim=-1)
+    keys = hash_coords(in_indices[:, None, 0], out, out_spatial_shape)[ok]
+    return unhash_coords(torch.unique(keys), out_spatial_shape)
+
+
+def transpose_neighbor_map(nbr: torch.Tensor, num_in: int) -> torch.Tensor:
+    """Rulebook of the inverse conv: ``nbr_t[i, k] = m`` iff ``nbr[m, k] = i``.
+    Exact because, for a fixed offset, input and output sites pair one to one."""
+    M, K = nbr.shape
+    nbr_t = torch.full((num_in, K), -1, dtype=torch.int32, device=nbr.device)
+    m, k = (nbr >= 0).nonzero(as_tuple=True)
+    nbr_t[nbr[m, k].long(), k] = m.to(torch.int32)
+    return nbr_t
+
+
+def conv_compute(
+    features: torch.Tensor,
+    weight: torch.Tensor,
+    nbr: torch.Tensor,
+    bias: torch.Tensor | None,
+) -> torch.Tensor:
+    """Gather–GEMM–scatter per kernel offset, accumulating in fp32.
+
+    ``weight`` is spconv's layout ``[Cout, kD, kH, kW, Cin]``.
+    """
+    M, K = nbr.shape
+    c_out, c_in = weight.shape[0], weight.shape[-1]
+    w = weight.reshape(c_out, K, c_in).float()
+    feats = features.float()
+    out = torch.zeros((M, c_out), dtype=torch.float32, device=features.device)
+    for k in range(K):
+        rows = (nbr[:, k] >= 0).nonzero().squeeze(1)
+        if rows.numel() == 0:
+            continue
+        gathered = feats[nbr[rows, k].long()]
+        out.index_add_(0, rows, gathered @ w[:, k, :].t())
+    if bias is not None:
+        out += bias.float()
+    return out.to(features.dtype)
