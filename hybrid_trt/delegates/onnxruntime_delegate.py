@@ -1,0 +1,126 @@
+"""ONNX Runtime: one InferenceSession per (partition, input-shape signature), fed through IO binding so tensors
+cross the boundary by pointer, never through numpy copies."""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import numpy as np
+import onnx
+import torch
+
+from ..log import logger
+from .registry import Delegate, Engine, register_delegate
+
+_NUMPY = {
+    torch.float32: np.float32, torch.float64: np.float64, torch.float16: np.float16, torch.int64: np.int64,
+    torch.int32: np.int32, torch.int16: np.int16, torch.int8: np.int8, torch.uint8: np.uint8, torch.bool: np.bool_,
+}
+_PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider",
+              "tensorrt": "TensorrtExecutionProvider"}
+
+
+def _ort():
+    import onnxruntime
+    return onnxruntime
+
+
+class OnnxRuntimeEngine(Engine):
+    __slots__ = ("_session", "_binding", "_inputs", "_outputs", "_device", "_dev_type", "_dev_id")
+
+    def __init__(self, session, output_metas: Sequence[torch.Tensor], device: torch.device):
+        self._session = session
+        self._binding = session.io_binding()
+        self._device = device
+        self._dev_type = "cuda" if device.type == "cuda" else "cpu"
+        self._dev_id = device.index or 0
+        self._inputs = [(i.name, [int(d) for d in i.shape], _NUMPY[_torch_dtype(i.type)])
+                        for i in session.get_inputs()]
+        self._outputs = [(o.name, tuple(int(s) for s in m.shape), m.dtype, _NUMPY[m.dtype])
+                         for o, m in zip(session.get_outputs(), output_metas)]
+
+    def __call__(self, inputs):
+        binding, dev, dev_id = self._binding, self._dev_type, self._dev_id
+        keep = [t.contiguous() for t in inputs]  # referenced until the run returns
+        for (name, shape, np_dtype), t in zip(self._inputs, keep):
+            binding.bind_input(name, dev, dev_id, np_dtype, shape, t.data_ptr())
+        outs = []
+        for name, shape, dtype, np_dtype in self._outputs:
+            out = torch.empty(shape, dtype=dtype, device=self._device)
+            binding.bind_output(name, dev, dev_id, np_dtype, shape, out.data_ptr())
+            outs.append(out)
+        self._session.run_with_iobinding(binding)
+        return outs
+
+
+_ORT_TYPES = {"tensor(float)": torch.float32, "tensor(double)": torch.float64, "tensor(float16)": torch.float16,
+              "tensor(int64)": torch.int64, "tensor(int32)": torch.int32, "tensor(int16)": torch.int16,
+              "tensor(int8)": torch.int8, "tensor(uint8)": torch.uint8, "tensor(bool)": torch.bool}
+
+
+def _torch_dtype(ort_type: str) -> torch.dtype:
+    return _ORT_TYPES[ort_type]
+
+
+class OnnxRuntimeDelegate(Delegate):
+    name = "onnxruntime"
+    # No float16/bfloat16: the CPU provider lacks kernels for most ops in those types.
+    dtypes = frozenset({torch.float32, torch.float64, torch.int64, torch.int32, torch.int8, torch.uint8,
+                        torch.bool})
+
+    @property
+    def device_types(self):
+        try:
+            providers = _ort().get_available_providers()
+        except ImportError:
+            return frozenset()
+        return frozenset({"cpu"} | ({"cuda"} if "CUDAExecutionProvider" in providers else set()))
+
+    def unavailable_reason(self) -> Optional[str]:
+        try:
+            _ort()
+        except ImportError:
+            return "onnxruntime is not installed (pip install 'hybrid_trt[onnx]', or onnxruntime-gpu for CUDA)"
+        return None
+
+    def validate(self, options) -> None:
+        if options.precision != "fp32":
+            raise ValueError(
+                f"option 'precision'={options.precision!r} is not supported by the onnxruntime delegate, which runs "
+                "partitions in the model's own dtypes; use precision='fp32' or delegates=('tensorrt',)")
+        if options.onnxruntime_provider != "auto":
+            wanted = _PROVIDERS[options.onnxruntime_provider]
+            if wanted not in _ort().get_available_providers():
+                raise ValueError(
+                    f"option 'onnxruntime_provider'={options.onnxruntime_provider!r}: {wanted} is not available in "
+                    f"this onnxruntime build (available: {_ort().get_available_providers()})")
+
+    def providers(self, device: torch.device, options) -> list:
+        if options.onnxruntime_provider == "auto":
+            kind = "cuda" if device.type == "cuda" else "cpu"
+        else:
+            kind = options.onnxruntime_provider
+        if kind == "cpu":
+            return ["CPUExecutionProvider"]
+        cuda_opts = {"device_id": device.index or 0}
+        if device.type == "cuda":
+            # Run on PyTorch's current stream so no extra synchronisation is needed at the seams.
+            cuda_opts["user_compute_stream"] = str(torch.cuda.current_stream(device).cuda_stream)
+        chain = [("CUDAExecutionProvider", cuda_opts), "CPUExecutionProvider"]
+        if kind == "tensorrt":
+            chain.insert(0, ("TensorrtExecutionProvider", {"device_id": device.index or 0}))
+        return chain
+
+    def build(self, model: onnx.ModelProto, output_metas, device, options) -> Engine:
+        ort = _ort()
+        so = ort.SessionOptions()
+        threads = options.num_threads or torch.get_num_threads()
+        so.intra_op_num_threads = threads
+        so.inter_op_num_threads = 1
+        so.log_severity_level = 3
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        session = ort.InferenceSession(model.SerializeToString(), so, providers=self.providers(device, options))
+        logger.debug("onnxruntime session built with providers %s, %d thread(s)", session.get_providers(), threads)
+        return OnnxRuntimeEngine(session, output_metas, device)
+
+
+register_delegate(OnnxRuntimeDelegate())

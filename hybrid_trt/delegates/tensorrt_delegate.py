@@ -1,0 +1,85 @@
+"""TensorRT: parse the partition's ONNX with TensorRT's OnnxParser, build a serialized engine per input-shape
+signature, and run it with ``execute_async_v3`` on PyTorch's current CUDA stream.
+
+Written against TensorRT 10's documented Python API. TensorRT cannot be installed on the machines this project
+is developed on, so this module has not been run; it stays thin on purpose.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import onnx
+import torch
+
+from ..log import logger
+from .registry import Delegate, Engine, register_delegate
+
+
+def _trt():
+    import tensorrt
+    return tensorrt
+
+
+class TensorRTEngine(Engine):
+    def __init__(self, engine, output_metas, device: torch.device):
+        trt = _trt()
+        self._engine = engine
+        self._context = engine.create_execution_context()
+        self._device = device
+        names = [engine.get_tensor_name(i) for i in range(engine.num_io_tensors)]
+        self._input_names = [n for n in names if engine.get_tensor_mode(n) == trt.TensorIOMode.INPUT]
+        self._output_names = [n for n in names if engine.get_tensor_mode(n) == trt.TensorIOMode.OUTPUT]
+        self._outputs = [(tuple(int(s) for s in m.shape), m.dtype) for m in output_metas]
+
+    def __call__(self, inputs):
+        ctx = self._context
+        keep = [t.contiguous() for t in inputs]
+        for name, t in zip(self._input_names, keep):
+            ctx.set_tensor_address(name, t.data_ptr())
+        outs = [torch.empty(shape, dtype=dtype, device=self._device) for shape, dtype in self._outputs]
+        for name, out in zip(self._output_names, outs):
+            ctx.set_tensor_address(name, out.data_ptr())
+        if not ctx.execute_async_v3(torch.cuda.current_stream(self._device).cuda_stream):
+            raise RuntimeError("TensorRT execute_async_v3 failed")
+        return outs
+
+
+class TensorRTDelegate(Delegate):
+    name = "tensorrt"
+    dtypes = frozenset({torch.float32, torch.float16, torch.bfloat16, torch.int32, torch.int64, torch.int8,
+                        torch.uint8, torch.bool})
+    device_types = frozenset({"cuda"})
+
+    def unavailable_reason(self) -> Optional[str]:
+        try:
+            _trt()
+        except ImportError:
+            return "tensorrt is not installed (pip install 'hybrid_trt[gpu]' on a machine with NVIDIA's TensorRT)"
+        if not torch.cuda.is_available():
+            return "no CUDA device"
+        return None
+
+    def build(self, model: onnx.ModelProto, output_metas, device, options) -> Engine:
+        trt = _trt()
+        trt_logger = trt.Logger(trt.Logger.WARNING)
+        builder = trt.Builder(trt_logger)
+        network = builder.create_network(0)  # explicit batch is the only mode in TensorRT 10
+        parser = trt.OnnxParser(network, trt_logger)
+        if not parser.parse(model.SerializeToString()):
+            errors = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
+            raise RuntimeError(f"TensorRT could not parse the partition: {errors}")
+        config = builder.create_builder_config()
+        config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, options.tensorrt_workspace_bytes)
+        if options.precision == "fp16":
+            config.set_flag(trt.BuilderFlag.FP16)
+        elif options.precision == "bf16":
+            config.set_flag(trt.BuilderFlag.BF16)
+        serialized = builder.build_serialized_network(network, config)
+        if serialized is None:
+            raise RuntimeError("TensorRT failed to build the engine (see the TensorRT log above)")
+        engine = trt.Runtime(trt_logger).deserialize_cuda_engine(serialized)
+        logger.debug("TensorRT engine built (%d bytes)", serialized.nbytes)
+        return TensorRTEngine(engine, output_metas, device)
+
+
+register_delegate(TensorRTDelegate())

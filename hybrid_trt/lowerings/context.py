@@ -1,0 +1,148 @@
+"""The builder a lowering writes ONNX through: fresh names, constants, nodes, and concrete shapes of fx values."""
+from __future__ import annotations
+
+import itertools
+from typing import Any, Sequence, Union
+
+import numpy as np
+import onnx
+import torch
+import torch.fx as fx
+from onnx import TensorProto, helper, numpy_helper
+
+OPSET = 17
+
+TORCH_TO_ONNX = {
+    torch.float32: TensorProto.FLOAT,
+    torch.float16: TensorProto.FLOAT16,
+    torch.bfloat16: TensorProto.BFLOAT16,
+    torch.float64: TensorProto.DOUBLE,
+    torch.int64: TensorProto.INT64,
+    torch.int32: TensorProto.INT32,
+    torch.int16: TensorProto.INT16,
+    torch.int8: TensorProto.INT8,
+    torch.uint8: TensorProto.UINT8,
+    torch.bool: TensorProto.BOOL,
+}
+
+Names = Union[str, tuple]
+
+
+class LoweringContext:
+    """Collects the nodes and initializers of one ONNX graph while lowerings run over an fx partition.
+
+    ``values`` maps every fx node of the partition to its concrete value: a meta tensor (shape and dtype, sizes
+    already specialised to one input-shape signature) or a Python scalar for size arithmetic.
+    """
+
+    def __init__(self, values: dict[fx.Node, Any]):
+        self.values = values
+        self.nodes: list[onnx.NodeProto] = []
+        self.initializers: list[onnx.TensorProto] = []
+        self.onnx_names: dict[fx.Node, Names] = {}
+        self._ids = itertools.count()
+        self._const_cache: dict[tuple, str] = {}
+
+    # -- reading the fx side ------------------------------------------------------------------------------------
+    def val(self, x) -> Any:
+        """Concrete value of an fx argument: meta tensor for tensor nodes, int/float for size nodes."""
+        if isinstance(x, fx.Node):
+            return self.values[x]
+        return x
+
+    def arg(self, x) -> Any:
+        """An fx argument with every size node replaced by its concrete int (lists handled element-wise)."""
+        if isinstance(x, (list, tuple)):
+            return type(x)(self.arg(e) for e in x)
+        if isinstance(x, fx.Node):
+            v = self.values[x]
+            if isinstance(v, torch.Tensor):
+                raise TypeError(f"{x} is a tensor, not a scalar argument")
+            return v
+        if isinstance(x, torch.SymInt):
+            return int(x)
+        return x
+
+    def shape(self, x) -> list[int]:
+        return [int(s) for s in self.val(x).shape]
+
+    def dtype(self, x) -> torch.dtype:
+        v = self.val(x)
+        return v.dtype if isinstance(v, torch.Tensor) else _scalar_dtype(v)
+
+    def input(self, x, dtype: torch.dtype | None = None) -> str:
+        """ONNX value name for a tensor argument (or a scalar, as a constant), cast to ``dtype`` if given."""
+        if isinstance(x, fx.Node) and isinstance(self.values.get(x), torch.Tensor):
+            name = self.onnx_names[x]
+            if dtype is not None and self.values[x].dtype != dtype:
+                return self.cast(name, dtype)
+            return name
+        value = self.arg(x)
+        return self.const(value, dtype if dtype is not None else _scalar_dtype(value))
+
+    # -- writing the ONNX side ----------------------------------------------------------------------------------
+    def fresh(self, hint: str = "v") -> str:
+        return f"{hint}:{next(self._ids)}"  # ":" keeps these apart from weight names
+
+    def op(self, op_type: str, *inputs: str, outputs: int = 1, domain: str = "", **attrs) -> Names:
+        out = tuple(self.fresh(op_type.lower()) for _ in range(outputs))
+        attrs = {k: v for k, v in attrs.items() if v is not None}
+        self.nodes.append(helper.make_node(op_type, list(inputs), list(out), domain=domain or None, **attrs))
+        return out[0] if outputs == 1 else out
+
+    def const(self, value, dtype: torch.dtype) -> str:
+        """An initializer holding ``value`` (scalar, nested list, numpy array or tensor) as ``dtype``."""
+        if isinstance(value, torch.Tensor):
+            return self.tensor_const(value.to(dtype))
+        key = (repr(value), dtype)
+        name = self._const_cache.get(key)
+        if name is None:
+            name = self.fresh("const")
+            array = np.asarray(value, dtype=_numpy_dtype(dtype))
+            tensor = numpy_helper.from_array(array, name)
+            if dtype == torch.bfloat16:
+                tensor = _bf16_tensor(torch.tensor(value, dtype=torch.float32), name)
+            self.initializers.append(tensor)
+            self._const_cache[key] = name
+        return name
+
+    def ints(self, values: Sequence[int]) -> str:
+        return self.const([int(v) for v in values], torch.int64)
+
+    def tensor_const(self, tensor: torch.Tensor, name: str | None = None) -> str:
+        name = name or self.fresh("init")
+        self.initializers.append(tensor_proto(tensor.detach(), name))
+        return name
+
+    def cast(self, name: str, dtype: torch.dtype) -> str:
+        return self.op("Cast", name, to=TORCH_TO_ONNX[dtype])
+
+
+def tensor_proto(tensor: torch.Tensor, name: str) -> onnx.TensorProto:
+    tensor = tensor.detach().cpu().contiguous()
+    if tensor.dtype == torch.bfloat16:
+        return _bf16_tensor(tensor, name)
+    return numpy_helper.from_array(tensor.numpy(), name)
+
+
+def _bf16_tensor(tensor: torch.Tensor, name: str) -> onnx.TensorProto:
+    raw = tensor.to(torch.bfloat16).contiguous().view(torch.int16).numpy().tobytes()
+    return helper.make_tensor(name, TensorProto.BFLOAT16, list(tensor.shape), raw, raw=True)
+
+
+def _numpy_dtype(dtype: torch.dtype):
+    if dtype == torch.bfloat16:
+        return np.float32
+    return torch.empty((), dtype=dtype).numpy().dtype
+
+
+def _scalar_dtype(value) -> torch.dtype:
+    if isinstance(value, bool):
+        return torch.bool
+    if isinstance(value, int):
+        return torch.int64
+    if isinstance(value, float):
+        return torch.float32
+    if isinstance(value, (list, tuple)) and value:
+        return _scalar_dtype(value[0])
+    raise TypeError(f"cannot infer a dtype for {value!r}")

@@ -1,0 +1,129 @@
+"""The activation family: relu and its relatives, gelu, silu, hard-* variants, clamps, softplus, mish."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..registry import FLOAT, NUMERIC, lowering
+
+aten = torch.ops.aten
+
+
+@lowering(aten.relu.default, dtypes=NUMERIC)
+def lower_relu(ctx, node):
+    return ctx.op("Relu", ctx.input(node.args[0]))
+
+
+@lowering(aten.sigmoid.default)
+def lower_sigmoid(ctx, node):
+    return ctx.op("Sigmoid", ctx.input(node.args[0]))
+
+
+@lowering(aten.silu.default)
+def lower_silu(ctx, node):
+    x = ctx.input(node.args[0])
+    return ctx.op("Mul", x, ctx.op("Sigmoid", x))
+
+
+def _check_gelu(node):
+    approx = node.kwargs.get("approximate", node.args[1] if len(node.args) > 1 else "none")
+    return None if approx in ("none", "tanh") else f"approximate={approx!r}"
+
+
+@lowering(aten.gelu.default, check=_check_gelu)
+def lower_gelu(ctx, node):
+    dtype = ctx.dtype(node)
+    x = ctx.input(node.args[0])
+    approx = node.kwargs.get("approximate", node.args[1] if len(node.args) > 1 else "none")
+    half_x = ctx.op("Mul", x, ctx.const(0.5, dtype))
+    if approx == "tanh":
+        cube = ctx.op("Mul", ctx.op("Mul", x, x), x)
+        inner = ctx.op("Add", x, ctx.op("Mul", cube, ctx.const(0.044715, dtype)))
+        t = ctx.op("Tanh", ctx.op("Mul", inner, ctx.const(math.sqrt(2 / math.pi), dtype)))
+    else:
+        t = ctx.op("Erf", ctx.op("Mul", x, ctx.const(1 / math.sqrt(2), dtype)))
+    return ctx.op("Mul", half_x, ctx.op("Add", t, ctx.const(1.0, dtype)))
+
+
+@lowering(aten.hardswish.default)
+def lower_hardswish(ctx, node):
+    return ctx.op("HardSwish", ctx.input(node.args[0]))
+
+
+@lowering(aten.hardsigmoid.default)
+def lower_hardsigmoid(ctx, node):
+    return ctx.op("HardSigmoid", ctx.input(node.args[0]), alpha=1 / 6, beta=0.5)
+
+
+@lowering(aten.leaky_relu.default)
+def lower_leaky_relu(ctx, node):
+    slope = ctx.arg(node.args[1]) if len(node.args) > 1 else 0.01
+    return ctx.op("LeakyRelu", ctx.input(node.args[0]), alpha=float(slope))
+
+
+def _check_elu(node):
+    scale = node.args[2] if len(node.args) > 2 else 1
+    input_scale = node.args[3] if len(node.args) > 3 else 1
+    return None if scale == 1 and input_scale == 1 else "scaled elu"
+
+
+@lowering(aten.elu.default, check=_check_elu)
+def lower_elu(ctx, node):
+    alpha = ctx.arg(node.args[1]) if len(node.args) > 1 else 1.0
+    return ctx.op("Elu", ctx.input(node.args[0]), alpha=float(alpha))
+
+
+@lowering(aten.softplus.default)
+def lower_softplus(ctx, node):
+    beta = ctx.arg(node.args[1]) if len(node.args) > 1 else 1
+    threshold = ctx.arg(node.args[2]) if len(node.args) > 2 else 20
+    dtype = ctx.dtype(node)
+    x = ctx.input(node.args[0])
+    bx = ctx.op("Mul", x, ctx.const(float(beta), dtype))
+    soft = ctx.op("Div", ctx.op("Softplus", bx), ctx.const(float(beta), dtype))
+    # Above the threshold PyTorch returns x itself.
+    return ctx.op("Where", ctx.op("Greater", bx, ctx.const(float(threshold), dtype)), x, soft)
+
+
+@lowering(aten.mish.default)
+def lower_mish(ctx, node):
+    x = ctx.input(node.args[0])
+    return ctx.op("Mul", x, ctx.op("Tanh", ctx.op("Softplus", x)))
+
+
+def _clip(ctx, node, lo, hi):
+    dtype = ctx.dtype(node)
+    x = ctx.input(node.args[0], dtype)
+    # Max/Min rather than Clip: Clip wants scalar bounds of the input dtype, ATen also allows tensor bounds.
+    if lo is not None:
+        x = ctx.op("Max", x, ctx.input(lo, dtype))
+    if hi is not None:
+        x = ctx.op("Min", x, ctx.input(hi, dtype))
+    return x
+
+
+def _arg(node, i, name, default=None):
+    if len(node.args) > i:
+        return node.args[i]
+    return node.kwargs.get(name, default)
+
+
+@lowering(aten.clamp.default, aten.clamp.Tensor, dtypes=NUMERIC)
+def lower_clamp(ctx, node):
+    return _clip(ctx, node, _arg(node, 1, "min"), _arg(node, 2, "max"))
+
+
+@lowering(aten.clamp_min.default, aten.clamp_min.Tensor, dtypes=NUMERIC)
+def lower_clamp_min(ctx, node):
+    return _clip(ctx, node, node.args[1], None)
+
+
+@lowering(aten.clamp_max.default, aten.clamp_max.Tensor, dtypes=NUMERIC)
+def lower_clamp_max(ctx, node):
+    return _clip(ctx, node, None, node.args[1])
+
+
+@lowering(aten.hardtanh.default, dtypes=FLOAT)
+def lower_hardtanh(ctx, node):
+    return _clip(ctx, node, _arg(node, 1, "min_val", -1.0), _arg(node, 2, "max_val", 1.0))

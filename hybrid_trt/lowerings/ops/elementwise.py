@@ -1,0 +1,207 @@
+"""Elementwise arithmetic, comparisons, logic, where, casts and unary math.
+
+ATen promotes mixed dtypes implicitly; ONNX does not, so every lowering casts its operands to the dtype ATen
+computes in (the output dtype for arithmetic, the promoted input dtype for comparisons).
+"""
+from __future__ import annotations
+
+import torch
+from torch.fx import Node
+
+from ..registry import ANY, BOOL, FLOAT, NUMERIC, lowering
+
+aten = torch.ops.aten
+prims = torch.ops.prims
+
+
+def _compute_dtype(ctx, node: Node) -> torch.dtype:
+    a, b = (ctx.val(x) for x in node.args[:2])
+    return torch.result_type(a, b)
+
+
+def _binary(op_type: str, *targets, dtypes=NUMERIC):
+    @lowering(*targets, dtypes=dtypes)
+    def lower(ctx, node):
+        dtype = ctx.dtype(node)
+        return ctx.op(op_type, ctx.input(node.args[0], dtype), ctx.input(node.args[1], dtype))
+    lower.__name__ = f"lower_{op_type.lower()}"
+    return lower
+
+
+_binary("Mul", aten.mul.Tensor, aten.mul.Scalar)
+_binary("Max", aten.maximum.default)
+_binary("Min", aten.minimum.default)
+_binary("Pow", aten.pow.Tensor_Scalar, aten.pow.Tensor_Tensor, dtypes=FLOAT)
+
+
+def _alpha_scaled(ctx, node, dtype):
+    other = ctx.input(node.args[1], dtype)
+    alpha = node.kwargs.get("alpha", 1)
+    if alpha != 1:
+        other = ctx.op("Mul", other, ctx.const(alpha, dtype))
+    return other
+
+
+@lowering(aten.add.Tensor, aten.add.Scalar, dtypes=NUMERIC)
+def lower_add(ctx, node):
+    dtype = ctx.dtype(node)
+    return ctx.op("Add", ctx.input(node.args[0], dtype), _alpha_scaled(ctx, node, dtype))
+
+
+@lowering(aten.sub.Tensor, aten.sub.Scalar, dtypes=NUMERIC)
+def lower_sub(ctx, node):
+    dtype = ctx.dtype(node)
+    return ctx.op("Sub", ctx.input(node.args[0], dtype), _alpha_scaled(ctx, node, dtype))
+
+
+@lowering(aten.rsub.Scalar, aten.rsub.Tensor, dtypes=NUMERIC)
+def lower_rsub(ctx, node):
+    # rsub(a, b, alpha) = b - alpha * a
+    dtype = ctx.dtype(node)
+    scaled = ctx.input(node.args[0], dtype)
+    alpha = node.kwargs.get("alpha", 1)
+    if alpha != 1:
+        scaled = ctx.op("Mul", scaled, ctx.const(alpha, dtype))
+    return ctx.op("Sub", ctx.input(node.args[1], dtype), scaled)
+
+
+def _check_div(node):
+    mode = node.kwargs.get("rounding_mode")
+    if mode not in (None, "floor", "trunc"):
+        return f"rounding_mode {mode!r}"
+    return None
+
+
+@lowering(aten.div.Tensor, aten.div.Scalar, aten.div.Tensor_mode, aten.div.Scalar_mode, dtypes=NUMERIC,
+          check=_check_div)
+def lower_div(ctx, node):
+    dtype = ctx.dtype(node)
+    mode = node.kwargs.get("rounding_mode")
+    if mode is not None and not dtype.is_floating_point:
+        # Integer floor/trunc division: divide in float64 (exact for the sizes seen here), round, cast back.
+        q = ctx.op("Div", ctx.input(node.args[0], torch.float64), ctx.input(node.args[1], torch.float64))
+        q = ctx.op("Floor", q) if mode == "floor" else _trunc(ctx, q)
+        return ctx.cast(q, dtype)
+    q = ctx.op("Div", ctx.input(node.args[0], dtype), ctx.input(node.args[1], dtype))
+    if mode == "floor":
+        return ctx.op("Floor", q)
+    if mode == "trunc":
+        return _trunc(ctx, q)
+    return q
+
+
+def _trunc(ctx, x):
+    # ONNX has no Trunc: sign(x) * floor(|x|).
+    return ctx.op("Mul", ctx.op("Sign", x), ctx.op("Floor", ctx.op("Abs", x)))
+
+
+def _comparison(op_type: str, *targets, negate=False):
+    @lowering(*targets, dtypes=ANY)
+    def lower(ctx, node):
+        dtype = _compute_dtype(ctx, node)
+        out = ctx.op(op_type, ctx.input(node.args[0], dtype), ctx.input(node.args[1], dtype))
+        return ctx.op("Not", out) if negate else out
+    lower.__name__ = f"lower_{op_type.lower()}{'_not' if negate else ''}"
+    return lower
+
+
+_comparison("Equal", aten.eq.Tensor, aten.eq.Scalar)
+_comparison("Equal", aten.ne.Tensor, aten.ne.Scalar, negate=True)
+_comparison("Less", aten.lt.Tensor, aten.lt.Scalar)
+_comparison("LessOrEqual", aten.le.Tensor, aten.le.Scalar)
+_comparison("Greater", aten.gt.Tensor, aten.gt.Scalar)
+_comparison("GreaterOrEqual", aten.ge.Tensor, aten.ge.Scalar)
+
+
+def _logical(op_type: str, *targets):
+    @lowering(*targets, dtypes=ANY)
+    def lower(ctx, node):
+        return ctx.op(op_type, *(ctx.input(a, torch.bool) for a in node.args[:2]))
+    lower.__name__ = f"lower_{op_type.lower()}"
+    return lower
+
+
+_logical("And", aten.logical_and.default)
+_logical("Or", aten.logical_or.default)
+_logical("Xor", aten.logical_xor.default)
+
+
+@lowering(aten.bitwise_and.Tensor, aten.bitwise_or.Tensor, dtypes=BOOL)
+def lower_bool_bitwise(ctx, node):
+    op_type = "And" if node.target is aten.bitwise_and.Tensor else "Or"
+    return ctx.op(op_type, ctx.input(node.args[0]), ctx.input(node.args[1]))
+
+
+@lowering(aten.logical_not.default, aten.bitwise_not.default, dtypes=BOOL)
+def lower_not(ctx, node):
+    return ctx.op("Not", ctx.input(node.args[0], torch.bool))
+
+
+@lowering(aten.where.self, aten.where.ScalarOther, aten.where.ScalarSelf, aten.where.Scalar, dtypes=ANY)
+def lower_where(ctx, node):
+    dtype = ctx.dtype(node)
+    cond, a, b = node.args
+    return ctx.op("Where", ctx.input(cond, torch.bool), ctx.input(a, dtype), ctx.input(b, dtype))
+
+
+def _check_to_copy(node):
+    extra = set(node.kwargs) - {"dtype", "layout", "device", "memory_format", "pin_memory", "non_blocking"}
+    if extra:
+        return f"unsupported arguments {sorted(extra)}"
+    src, out = node.args[0].meta.get("val"), node.meta.get("val")
+    if src is not None and out is not None and src.device != out.device:
+        return "changes device"
+    return None
+
+
+@lowering(aten._to_copy.default, prims.convert_element_type.default, dtypes=ANY, check=_check_to_copy)
+def lower_cast(ctx, node):
+    return ctx.cast(ctx.input(node.args[0]), ctx.dtype(node))
+
+
+@lowering(aten.clone.default, aten.alias.default, aten.lift_fresh_copy.default, dtypes=ANY)
+def lower_identity(ctx, node):
+    return ctx.op("Identity", ctx.input(node.args[0]))
+
+
+def _unary(op_type: str, *targets, dtypes=FLOAT):
+    @lowering(*targets, dtypes=dtypes)
+    def lower(ctx, node):
+        return ctx.op(op_type, ctx.input(node.args[0], ctx.dtype(node)))
+    lower.__name__ = f"lower_{op_type.lower()}"
+    return lower
+
+
+_unary("Neg", aten.neg.default, dtypes=NUMERIC)
+_unary("Abs", aten.abs.default, dtypes=NUMERIC)
+_unary("Sign", aten.sign.default, dtypes=NUMERIC)
+_unary("Exp", aten.exp.default)
+_unary("Log", aten.log.default)
+_unary("Sqrt", aten.sqrt.default)
+_unary("Reciprocal", aten.reciprocal.default)
+_unary("Erf", aten.erf.default)
+_unary("Sin", aten.sin.default)
+_unary("Cos", aten.cos.default)
+_unary("Tan", aten.tan.default)
+_unary("Atan", aten.atan.default)
+_unary("Tanh", aten.tanh.default)
+_unary("Floor", aten.floor.default)
+_unary("Ceil", aten.ceil.default)
+_unary("Round", aten.round.default)
+
+
+@lowering(aten.rsqrt.default)
+def lower_rsqrt(ctx, node):
+    return ctx.op("Reciprocal", ctx.op("Sqrt", ctx.input(node.args[0], ctx.dtype(node))))
+
+
+@lowering(aten.log1p.default)
+def lower_log1p(ctx, node):
+    dtype = ctx.dtype(node)
+    return ctx.op("Log", ctx.op("Add", ctx.input(node.args[0], dtype), ctx.const(1.0, dtype)))
+
+
+@lowering(aten.expm1.default)
+def lower_expm1(ctx, node):
+    dtype = ctx.dtype(node)
+    return ctx.op("Sub", ctx.op("Exp", ctx.input(node.args[0], dtype)), ctx.const(1.0, dtype))

@@ -1,0 +1,111 @@
+"""Reductions: sum, mean, amax/amin, max/min over a dim (values and indices), argmax/argmin, var."""
+from __future__ import annotations
+
+import torch
+
+from ..registry import FLOAT, NUMERIC, lowering
+from ._util import dims
+
+aten = torch.ops.aten
+
+
+def _reduce(ctx, op_type, x, dim, keepdim, dtype=None):
+    rank = len(ctx.shape(x))
+    axes = dims(ctx.arg(dim) if dim is not None else None, rank) if dim not in (None, []) else list(range(rank))
+    x = ctx.input(x, dtype)
+    if rank == 0:
+        return ctx.op("Identity", x)
+    if op_type == "ReduceSum":  # opset 13+: axes is an input for ReduceSum only
+        return ctx.op(op_type, x, ctx.ints(axes), keepdims=int(bool(keepdim)))
+    return ctx.op(op_type, x, axes=axes, keepdims=int(bool(keepdim)))
+
+
+def _check_sum(node):
+    if node.kwargs.get("dtype") is not None and node.kwargs["dtype"] != node.meta["val"].dtype:
+        return "dtype argument"
+    return None
+
+
+@lowering(aten.sum.dim_IntList, aten.sum.default, dtypes=NUMERIC, check=_check_sum)
+def lower_sum(ctx, node):
+    dim = node.args[1] if len(node.args) > 1 else None
+    keepdim = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
+    return _reduce(ctx, "ReduceSum", node.args[0], dim, keepdim, ctx.dtype(node))
+
+
+@lowering(aten.mean.dim, aten.mean.default, dtypes=FLOAT, check=_check_sum)
+def lower_mean(ctx, node):
+    dim = node.args[1] if len(node.args) > 1 else None
+    keepdim = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
+    return _reduce(ctx, "ReduceMean", node.args[0], dim, keepdim, ctx.dtype(node))
+
+
+@lowering(aten.amax.default, aten.amin.default, dtypes=NUMERIC)
+def lower_amax_amin(ctx, node):
+    op_type = "ReduceMax" if node.target is aten.amax.default else "ReduceMin"
+    dim = node.args[1] if len(node.args) > 1 else []
+    keepdim = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
+    return _reduce(ctx, op_type, node.args[0], dim, keepdim)
+
+
+@lowering(aten.max.dim, aten.min.dim, dtypes=NUMERIC)
+def lower_max_min_dim(ctx, node):
+    is_max = node.target is aten.max.dim
+    x, dim = node.args[:2]
+    keepdim = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
+    axis = dims(ctx.arg(dim), len(ctx.shape(x)))[0]
+    values = _reduce(ctx, "ReduceMax" if is_max else "ReduceMin", x, [axis], keepdim)
+    indices = ctx.op("ArgMax" if is_max else "ArgMin", ctx.input(x), axis=axis, keepdims=int(bool(keepdim)))
+    return (values, indices)
+
+
+def _check_arg(node):
+    dim = node.args[1] if len(node.args) > 1 else None
+    return "dim=None (flattened argmax)" if dim is None else None
+
+
+@lowering(aten.argmax.default, aten.argmin.default, dtypes=NUMERIC, check=_check_arg)
+def lower_argmax(ctx, node):
+    x, dim = node.args[:2]
+    keepdim = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
+    axis = dims(ctx.arg(dim), len(ctx.shape(x)))[0]
+    op_type = "ArgMax" if node.target is aten.argmax.default else "ArgMin"
+    return ctx.op(op_type, ctx.input(x), axis=axis, keepdims=int(bool(keepdim)))
+
+
+@lowering(aten.var_mean.correction, aten.var.correction, dtypes=FLOAT)
+def lower_var(ctx, node):
+    x = node.args[0]
+    dim = node.args[1] if len(node.args) > 1 else None
+    correction = node.kwargs.get("correction", 1)
+    correction = 1 if correction is None else ctx.arg(correction)
+    keepdim = node.kwargs.get("keepdim", False)
+    shape = ctx.shape(x)
+    axes = dims(ctx.arg(dim), len(shape)) if dim not in (None, []) else list(range(len(shape)))
+    count = 1
+    for a in axes:
+        count *= shape[a]
+    dtype = ctx.dtype(x)
+    xin = ctx.input(x)
+    mean_keep = ctx.op("ReduceMean", xin, axes=axes, keepdims=1)
+    centered = ctx.op("Sub", xin, mean_keep)
+    sq_sum = ctx.op("ReduceSum", ctx.op("Mul", centered, centered), ctx.ints(axes), keepdims=int(bool(keepdim)))
+    var = ctx.op("Div", sq_sum, ctx.const(float(max(count - correction, 0)), dtype))
+    if node.target is aten.var.correction:
+        return var
+    mean = mean_keep if keepdim else ctx.op("ReduceMean", xin, axes=axes, keepdims=0)
+    return (var, mean)
+
+
+@lowering(aten.cumsum.default, dtypes=NUMERIC)
+def lower_cumsum(ctx, node):
+    x, dim = node.args[:2]
+    dtype = ctx.dtype(node)
+    axis = dims(ctx.arg(dim), max(len(ctx.shape(x)), 1))[0]
+    return ctx.op("CumSum", ctx.input(x, dtype), ctx.const(axis, torch.int64))
+
+
+@lowering(aten.prod.dim_int, dtypes=FLOAT)
+def lower_prod(ctx, node):
+    keepdim = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
+    return _reduce(ctx, "ReduceProd", node.args[0], [node.args[1]], keepdim, ctx.dtype(node))

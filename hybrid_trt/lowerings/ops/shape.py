@@ -1,0 +1,135 @@
+"""Data movement: view family (as Reshape to the concrete output shape), permute, expand, slice/select, cat,
+split/unbind, pad, repeat."""
+from __future__ import annotations
+
+import torch
+
+from ..registry import ANY, lowering
+from ._util import dims
+
+aten = torch.ops.aten
+
+INT64_MAX = 2**63 - 1
+
+
+@lowering(aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.squeeze.dim,
+          aten.squeeze.dims, aten.squeeze.default, aten.unsqueeze.default, aten.flatten.using_ints,
+          dtypes=ANY)
+def lower_reshape(ctx, node):
+    # Shapes are concrete per engine, so every member of the view family is one Reshape to the output shape.
+    return ctx.op("Reshape", ctx.input(node.args[0]), ctx.ints(ctx.shape(node)))
+
+
+@lowering(aten.permute.default, dtypes=ANY)
+def lower_permute(ctx, node):
+    rank = len(ctx.shape(node.args[0]))
+    return ctx.op("Transpose", ctx.input(node.args[0]), perm=dims(ctx.arg(node.args[1]), rank))
+
+
+@lowering(aten.t.default, aten.transpose.int, dtypes=ANY)
+def lower_transpose(ctx, node):
+    rank = len(ctx.shape(node.args[0]))
+    perm = list(range(rank))
+    if rank >= 2:
+        a, b = (dims(ctx.arg(d), rank)[0] for d in node.args[1:3]) if node.target is aten.transpose.int else (0, 1)
+        perm[a], perm[b] = perm[b], perm[a]
+    return ctx.op("Transpose", ctx.input(node.args[0]), perm=perm)
+
+
+@lowering(aten.expand.default, dtypes=ANY)
+def lower_expand(ctx, node):
+    return ctx.op("Expand", ctx.input(node.args[0]), ctx.ints(ctx.shape(node)))
+
+
+@lowering(aten.repeat.default, dtypes=ANY)
+def lower_repeat(ctx, node):
+    x = node.args[0]
+    repeats = [int(r) for r in ctx.arg(node.args[1])]
+    shape = ctx.shape(x)
+    name = ctx.input(x)
+    if len(repeats) > len(shape):  # repeat() prepends dims of size 1
+        name = ctx.op("Reshape", name, ctx.ints([1] * (len(repeats) - len(shape)) + shape))
+    return ctx.op("Tile", name, ctx.ints(repeats))
+
+
+def _check_slice(node):
+    step = node.args[4] if len(node.args) > 4 else 1
+    return None if isinstance(step, int) and step > 0 else "non-positive step"
+
+
+@lowering(aten.slice.Tensor, dtypes=ANY, check=_check_slice)
+def lower_slice(ctx, node):
+    args = list(node.args) + [None] * (5 - len(node.args))
+    x, dim, start, end, step = args[:5]
+    shape = ctx.shape(x)
+    dim = dims(ctx.arg(dim if dim is not None else 0), len(shape))[0]
+    start = 0 if start is None else int(ctx.arg(start))
+    end = INT64_MAX if end is None else int(ctx.arg(end))
+    step = 1 if step is None else int(ctx.arg(step))
+    return ctx.op("Slice", ctx.input(x), ctx.ints([start]), ctx.ints([end]), ctx.ints([dim]), ctx.ints([step]))
+
+
+@lowering(aten.select.int, dtypes=ANY)
+def lower_select(ctx, node):
+    x, dim, index = node.args
+    shape = ctx.shape(x)
+    dim = dims(ctx.arg(dim), len(shape))[0]
+    index = int(ctx.arg(index))
+    return ctx.op("Gather", ctx.input(x), ctx.const(index % shape[dim], torch.int64), axis=dim)
+
+
+@lowering(aten.cat.default, dtypes=ANY)
+def lower_cat(ctx, node):
+    dtype = ctx.dtype(node)
+    rank = len(ctx.shape(node))
+    dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
+    # ATen's cat skips legacy empty 1-D tensors of shape (0,); ONNX would reject them.
+    parts = [t for t in node.args[0] if ctx.shape(t) != [0] or rank == 1]
+    return ctx.op("Concat", *(ctx.input(t, dtype) for t in parts), axis=dims(ctx.arg(dim), rank)[0])
+
+
+def _split(ctx, node, sizes, dim):
+    x = node.args[0]
+    rank = len(ctx.shape(x))
+    axis = dims(ctx.arg(dim), rank)[0]
+    outs = ctx.op("Split", ctx.input(x), ctx.ints(sizes), axis=axis, outputs=len(sizes))
+    return outs if isinstance(outs, tuple) else (outs,)
+
+
+@lowering(aten.split.Tensor, aten.split_with_sizes.default, dtypes=ANY)
+def lower_split(ctx, node):
+    dim = node.args[2] if len(node.args) > 2 else node.kwargs.get("dim", 0)
+    shape = ctx.shape(node.args[0])
+    axis = dims(ctx.arg(dim), len(shape))[0]
+    sizes = [int(v.shape[axis]) for v in ctx.val(node)]
+    return _split(ctx, node, sizes, axis)
+
+
+@lowering(aten.unbind.int, dtypes=ANY)
+def lower_unbind(ctx, node):
+    dim = node.args[1] if len(node.args) > 1 else 0
+    shape = ctx.shape(node.args[0])
+    axis = dims(ctx.arg(dim), len(shape))[0]
+    parts = _split(ctx, node, [1] * shape[axis], axis)
+    return tuple(ctx.op("Squeeze", p, ctx.ints([axis])) for p in parts)
+
+
+def _check_pad(node):
+    pads = node.args[1]
+    if any(not isinstance(p, int) or p < 0 for p in pads):
+        return "negative or symbolic padding"
+    return None
+
+
+@lowering(aten.constant_pad_nd.default, dtypes=ANY, check=_check_pad)
+def lower_constant_pad(ctx, node):
+    x = node.args[0]
+    pad = [int(p) for p in ctx.arg(node.args[1])]
+    value = ctx.arg(node.args[2]) if len(node.args) > 2 else 0
+    rank = len(ctx.shape(x))
+    begins, ends = [0] * rank, [0] * rank
+    # ATen lists (begin, end) pairs starting from the last dimension.
+    for i in range(len(pad) // 2):
+        begins[rank - 1 - i], ends[rank - 1 - i] = pad[2 * i], pad[2 * i + 1]
+    dtype = ctx.dtype(x)
+    return ctx.op("Pad", ctx.input(x), ctx.ints(begins + ends), ctx.const(value, dtype), mode="constant")

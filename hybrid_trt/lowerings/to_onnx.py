@@ -1,0 +1,96 @@
+"""Lower one extracted partition, specialised to concrete input shapes, to an ONNX ModelProto."""
+from __future__ import annotations
+
+import operator
+from typing import Any, Sequence
+
+import onnx
+import torch
+import torch.fx as fx
+from onnx import helper
+
+from . import ops  # noqa: F401  (registers the built-in lowerings)
+from .context import OPSET, TORCH_TO_ONNX, LoweringContext, tensor_proto
+from .registry import STANDARD_DOMAIN, lowering_for
+
+
+class LoweringError(RuntimeError):
+    pass
+
+
+class _MetaInterpreter(fx.Interpreter):
+    """Runs the partition on meta tensors to get every node's concrete shape for this input signature."""
+
+    def get_attr(self, target, args, kwargs):
+        real = super().get_attr(target, args, kwargs)
+        return torch.empty_strided(real.shape, real.stride(), dtype=real.dtype, device="meta")
+
+
+def specialise(module: fx.GraphModule, input_shapes: Sequence, input_dtypes: Sequence,
+               sizes: Sequence[int]) -> dict[fx.Node, Any]:
+    values: dict[fx.Node, Any] = {}
+    interp = _MetaInterpreter(module)
+    original = interp.run_node
+
+    def run_node(node):
+        out = original(node)
+        values[node] = out
+        return out
+
+    interp.run_node = run_node
+    metas = [torch.empty(tuple(s), dtype=d, device="meta") for s, d in zip(input_shapes, input_dtypes)]
+    interp.run(*metas, *sizes)
+    return values
+
+
+def lower_to_onnx(module: fx.GraphModule, input_shapes: Sequence, input_dtypes: Sequence,
+                  sizes: Sequence[int] = (), custom_domains: dict[str, int] | None = None) -> onnx.ModelProto:
+    values = specialise(module, input_shapes, input_dtypes, sizes)
+    ctx = LoweringContext(values)
+    graph_inputs, graph_outputs = [], []
+    domains = {STANDARD_DOMAIN: OPSET, **(custom_domains or {})}
+    tensor_index = 0
+    for node in module.graph.nodes:
+        if node.op == "placeholder":
+            val = values[node]
+            if isinstance(val, torch.Tensor):
+                name = f"input_{tensor_index}"
+                tensor_index += 1
+                graph_inputs.append(helper.make_tensor_value_info(name, TORCH_TO_ONNX[val.dtype], list(val.shape)))
+                ctx.onnx_names[node] = name
+        elif node.op == "get_attr":
+            real = getattr(module, node.target)
+            ctx.initializers.append(tensor_proto(real, node.target))
+            ctx.onnx_names[node] = node.target
+        elif node.op == "call_function":
+            if node.target is operator.getitem and isinstance(values[node.args[0]], (tuple, list)):
+                ctx.onnx_names[node] = ctx.onnx_names[node.args[0]][node.args[1]]
+                continue
+            lowering = lowering_for(node.target)
+            if lowering is None:
+                raise LoweringError(f"no lowering for {node.target}")
+            try:
+                ctx.onnx_names[node] = lowering.fn(ctx, node)
+            except Exception as e:  # noqa: BLE001 - re-raised with the node named
+                raise LoweringError(f"lowering {lowering.name} failed on {node.format_node()}: {e}") from e
+            if lowering.domain:
+                domains.setdefault(lowering.domain, 1)
+        elif node.op == "output":
+            seen = set()
+            for i, out in enumerate(node.args[0]):
+                name = ctx.onnx_names[out]
+                if name in seen:  # the same value returned twice needs a second name
+                    name = ctx.op("Identity", name)
+                seen.add(name)
+                val = values[out]
+                graph_outputs.append(helper.make_tensor_value_info(name, TORCH_TO_ONNX[val.dtype], list(val.shape)))
+    graph = helper.make_graph(ctx.nodes, "hybrid_trt_partition", graph_inputs, graph_outputs,
+                              initializer=ctx.initializers)
+    opsets = [helper.make_opsetid(d, v) for d, v in domains.items()]
+    return helper.make_model(graph, opset_imports=opsets, ir_version=8, producer_name="hybrid_trt")
+
+
+def output_metas(module: fx.GraphModule, input_shapes, input_dtypes, sizes=()) -> list[torch.Tensor]:
+    values = specialise(module, input_shapes, input_dtypes, sizes)
+    out = next(n for n in module.graph.nodes if n.op == "output")
+    return [values[o] for o in out.args[0]]

@@ -1,0 +1,158 @@
+"""The one immutable, validated options object.
+
+Sources, lowest precedence first: defaults, ``HYBRID_TRT_<KEY>`` environment variables (for deployment), the
+``options`` dict given to ``torch.compile``. Unknown keys and bad values raise ValueError naming the key and
+what is valid; nothing is dropped silently.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any, Mapping, Optional
+
+ENV_PREFIX = "HYBRID_TRT_"
+PRECISIONS = ("fp32", "fp16", "bf16")
+ORT_PROVIDERS = ("auto", "cpu", "cuda", "tensorrt")
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    delegates: Optional[tuple[str, ...]] = None  # priority order; None = every delegate available here
+    min_block_size: int = 3
+    force_inductor_ops: frozenset = frozenset()  # e.g. {"aten.convolution", "aten.add.Tensor"}
+    precision: str = "fp32"
+    strict: bool = False  # raise instead of falling back to Inductor
+    print_report: bool = False
+    max_engines_per_partition: int = 8
+    num_threads: Optional[int] = None  # delegate threads; None = torch.get_num_threads()
+    onnxruntime_provider: str = "auto"
+    tensorrt_workspace_bytes: int = 1 << 30
+
+    def resolved_delegates(self) -> tuple[str, ...]:
+        from .delegates import available_delegates
+        return self.delegates if self.delegates is not None else available_delegates()
+
+
+_DOCS = {
+    "delegates": "list of delegate names in priority order",
+    "min_block_size": "int >= 1",
+    "force_inductor_ops": "list of ATen op names, e.g. ['aten.convolution', 'aten.add.Tensor']",
+    "precision": f"one of {PRECISIONS}",
+    "strict": "bool",
+    "print_report": "bool",
+    "max_engines_per_partition": "int >= 1",
+    "num_threads": "int >= 1 or None",
+    "onnxruntime_provider": f"one of {ORT_PROVIDERS}",
+    "tensorrt_workspace_bytes": "int >= 1",
+}
+
+
+def _bad(key: str, value: Any) -> ValueError:
+    return ValueError(f"hybrid_trt option {key!r}: invalid value {value!r}; expected {_DOCS[key]}")
+
+
+def _as_bool(key, v):
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, str) and v.lower() in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+        return v.lower() in ("1", "true", "yes", "on")
+    raise _bad(key, v)
+
+
+def _as_int(key, v, allow_none=False):
+    if v is None and allow_none:
+        return None
+    if isinstance(v, str) and allow_none and v.lower() in ("", "none"):
+        return None
+    try:
+        if isinstance(v, bool):
+            raise TypeError
+        out = int(v)
+        if isinstance(v, float) and out != v:
+            raise ValueError
+    except (TypeError, ValueError):
+        raise _bad(key, v) from None
+    if out < 1:
+        raise _bad(key, v)
+    return out
+
+
+def _as_names(key, v) -> tuple[str, ...]:
+    if isinstance(v, str):
+        v = [s.strip() for s in v.split(",") if s.strip()]
+    if not isinstance(v, (list, tuple, set, frozenset)) or not all(isinstance(s, str) for s in v):
+        raise _bad(key, v)
+    return tuple(v)
+
+
+def _as_choice(key, v, choices):
+    if v not in choices:
+        raise _bad(key, v)
+    return v
+
+
+def _convert(key: str, value: Any) -> Any:
+    if key == "delegates":
+        from .delegates import delegate_names, get_delegate
+        names = _as_names(key, value)
+        if not names:
+            raise ValueError("hybrid_trt option 'delegates' is empty; name at least one of "
+                             f"{list(delegate_names())}, or leave it out to use every available delegate")
+        for n in names:
+            if n not in delegate_names():
+                raise ValueError(f"hybrid_trt option 'delegates': unknown delegate {n!r}; valid: "
+                                 f"{list(delegate_names())}")
+            reason = get_delegate(n).unavailable_reason()
+            if reason:
+                raise ValueError(f"hybrid_trt option 'delegates': {n!r} is not usable here: {reason}")
+        if len(set(names)) != len(names):
+            raise _bad(key, value)
+        return names
+    if key == "min_block_size" or key == "max_engines_per_partition" or key == "tensorrt_workspace_bytes":
+        return _as_int(key, value)
+    if key == "num_threads":
+        return _as_int(key, value, allow_none=True)
+    if key == "force_inductor_ops":
+        return frozenset(_as_names(key, value))
+    if key == "precision":
+        return _as_choice(key, value, PRECISIONS)
+    if key == "onnxruntime_provider":
+        return _as_choice(key, value, ORT_PROVIDERS)
+    if key in ("strict", "print_report"):
+        return _as_bool(key, value)
+    raise AssertionError(key)
+
+
+def valid_keys() -> list[str]:
+    return [f.name for f in dataclasses.fields(Options)]
+
+
+def from_env(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    environ = os.environ if environ is None else environ
+    found = {}
+    for name, value in environ.items():
+        if not name.startswith(ENV_PREFIX):
+            continue
+        key = name[len(ENV_PREFIX):].lower()
+        if key not in valid_keys():
+            raise ValueError(f"environment variable {name} is not a hybrid_trt option; valid: "
+                             f"{[ENV_PREFIX + k.upper() for k in valid_keys()]}")
+        found[key] = value
+    return found
+
+
+def make_options(options: Mapping[str, Any] | Options | None = None,
+                 environ: Mapping[str, str] | None = None) -> Options:
+    if isinstance(options, Options):
+        return options
+    if options is not None and not isinstance(options, Mapping):
+        raise ValueError(f"hybrid_trt options must be a dict or hybrid_trt.Options, got {type(options).__name__}")
+    merged = {**from_env(environ), **dict(options or {})}
+    unknown = sorted(set(merged) - set(valid_keys()))
+    if unknown:
+        raise ValueError(f"unknown hybrid_trt option(s) {unknown}; valid options: {valid_keys()}")
+    opts = Options(**{k: _convert(k, v) for k, v in merged.items()})
+    from .delegates import get_delegate
+    for name in opts.resolved_delegates():
+        get_delegate(name).validate(opts)
+    return opts

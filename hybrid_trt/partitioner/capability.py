@@ -1,0 +1,70 @@
+"""Per-node capability: can delegate D run node N? Answered from the lowering registry, never a hand-kept list."""
+from __future__ import annotations
+
+import enum
+import operator
+from typing import Optional
+
+import torch
+import torch.fx as fx
+
+from ..lowerings import registry
+
+SIZE_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool)
+
+
+class NodeKind(enum.Enum):
+    STRUCTURAL = "structural"  # placeholder, get_attr, output
+    SIZE = "size"  # size arithmetic (SymInt values); runs wherever its users need it
+    TUPLE_ITEM = "tuple_item"  # operator.getitem on a multi-output op: goes where its source goes
+    OP = "op"  # a tensor operation that some executor must run
+
+
+def classify(node: fx.Node) -> NodeKind:
+    if node.op in ("placeholder", "get_attr", "output"):
+        return NodeKind.STRUCTURAL
+    if node.target is operator.getitem and isinstance(node.args[0], fx.Node) and \
+            isinstance(node.args[0].meta.get("val"), (tuple, list)):
+        return NodeKind.TUPLE_ITEM
+    val = node.meta.get("val")
+    if isinstance(val, SIZE_TYPES):
+        return NodeKind.SIZE
+    return NodeKind.OP
+
+
+def op_name(node: fx.Node) -> str:
+    target = node.target
+    name = getattr(target, "__name__", None) or str(target)
+    if isinstance(target, torch._ops.OpOverload):
+        name = f"{target.namespace}.{target._schema.name.split('::')[-1]}.{target._overloadname}"
+    return name
+
+
+def unsupported_reason(node: fx.Node, delegate, forced_to_inductor: frozenset) -> Optional[str]:
+    """None if ``delegate`` can take ``node``; otherwise the reason shown in the report."""
+    if _matches_forced(node, forced_to_inductor):
+        return "forced to Inductor by option force_inductor_ops"
+    val = node.meta.get("val")
+    for v in (val if isinstance(val, (tuple, list)) else (val,)):
+        if isinstance(v, torch.Tensor) and v.device.type not in delegate.device_types:
+            return f"{delegate.name}: device {v.device.type} not supported"
+    lowering = registry.lowering_for(node.target)
+    if lowering is None:
+        return f"no lowering for {op_name(node)}"
+    if lowering.domain not in delegate.domains:
+        return f"{delegate.name}: ONNX domain {lowering.domain!r} not supported"
+    reason = lowering.unsupported_reason(node)
+    if reason is not None:
+        return reason
+    for dtype in registry._tensor_dtypes(node):
+        if dtype not in delegate.dtypes:
+            return f"{delegate.name}: dtype {str(dtype).replace('torch.', '')} not supported"
+    return None
+
+
+def _matches_forced(node: fx.Node, forced: frozenset) -> bool:
+    if not forced:
+        return False
+    name = op_name(node)  # e.g. aten.convolution.default
+    packet = name.rsplit(".", 1)[0]  # aten.convolution
+    return name in forced or packet in forced or packet.split(".", 1)[-1] in forced

@@ -1,0 +1,173 @@
+"""Form cycle-free blocks of delegate-supported nodes: delegates claim in priority order, blocks below
+``min_block_size`` are handed back, and every node left to Inductor keeps the reason it was left."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional, Sequence
+
+import torch.fx as fx
+
+from .capability import NodeKind, classify, unsupported_reason
+
+
+@dataclasses.dataclass
+class Partition:
+    delegate: str
+    nodes: list[fx.Node]  # topological order; includes the getitem nodes that unpack multi-output ops
+    inputs: list[fx.Node] = dataclasses.field(default_factory=list)
+    outputs: list[fx.Node] = dataclasses.field(default_factory=list)
+
+    @property
+    def op_count(self) -> int:
+        return sum(1 for n in self.nodes if classify(n) is NodeKind.OP)
+
+
+@dataclasses.dataclass
+class PartitionPlan:
+    partitions: list[Partition]
+    inductor_reasons: dict[fx.Node, str]  # every OP node left to Inductor -> why
+
+
+def partition_graph(graph: fx.Graph, delegates: Sequence, min_block_size: int,
+                    forced_to_inductor: frozenset = frozenset()) -> PartitionPlan:
+    nodes = list(graph.nodes)
+    index = {n: i for i, n in enumerate(nodes)}
+    kinds = {n: classify(n) for n in nodes}
+    owner: dict[fx.Node, int] = {}  # node -> partition id (committed partitions of earlier delegates too)
+    members: dict[int, list[fx.Node]] = {}
+    delegate_of: dict[int, str] = {}
+    reasons: dict[fx.Node, list[str]] = {n: [] for n in nodes if kinds[n] is NodeKind.OP}
+    next_id = 0
+
+    for delegate in delegates:
+        supported = set()
+        for n, why in reasons.items():
+            if n in owner:
+                continue
+            reason = unsupported_reason(n, delegate, forced_to_inductor)
+            if reason is None:
+                supported.add(n)
+            else:
+                why.append(reason)
+        fixed_max = max((index[n] for n in owner), default=-1)
+        mine: list[int] = []
+        for n in nodes:
+            if kinds[n] is NodeKind.TUPLE_ITEM and owner.get(n.args[0]) in mine:
+                owner[n] = owner[n.args[0]]  # unpacking a delegated multi-output op stays with it
+                members[owner[n]].append(n)
+                continue
+            if n not in supported:
+                continue
+            candidates = sorted({owner[p] for p in n.all_input_nodes if owner.get(p) in mine},
+                                key=lambda pid: -len(members[pid]))
+            limit = max(index[n], fixed_max)
+            target = None
+            if candidates and not _creates_cycle([n] + [m for pid in candidates for m in members[pid]],
+                                                 owner, members, index, limit):
+                target = candidates[0]
+                for pid in candidates[1:]:
+                    _merge(target, pid, owner, members, mine)
+            else:
+                for pid in candidates:
+                    if not _creates_cycle([n] + members[pid], owner, members, index, limit):
+                        target = pid
+                        break
+            if target is None:
+                target = next_id
+                next_id += 1
+                members[target] = []
+                delegate_of[target] = delegate.name
+                mine.append(target)
+            members[target].append(n)
+            owner[n] = target
+        _merge_independent(mine, owner, members, index, nodes)
+        for pid in list(mine):
+            ops = sum(1 for m in members[pid] if kinds[m] is NodeKind.OP)
+            if ops < min_block_size:
+                for m in members.pop(pid):
+                    del owner[m]
+                    if m in reasons:
+                        reasons[m].append(f"{delegate.name}: block of {ops} op(s) < min_block_size={min_block_size}")
+                mine.remove(pid)
+
+    partitions = []
+    for pid in sorted(members, key=lambda p: min(index[m] for m in members[p])):
+        body = set(members[pid])
+        # Multi-output ops: their getitem unpackers belong to the same partition.
+        for m in list(body):
+            for user in m.users:
+                if kinds[user] is NodeKind.TUPLE_ITEM:
+                    body.add(user)
+        ordered = sorted(body, key=index.__getitem__)
+        partitions.append(_with_boundary(Partition(delegate_of[pid], ordered), body, kinds))
+    left = {n: "; ".join(dict.fromkeys(why)) or "no delegate" for n, why in reasons.items() if n not in owner}
+    return PartitionPlan(partitions, left)
+
+
+def _with_boundary(p: Partition, body: set, kinds) -> Partition:
+    inputs: dict[fx.Node, None] = {}
+    outputs: dict[fx.Node, None] = {}
+    for n in p.nodes:
+        for inp in n.all_input_nodes:
+            if inp not in body:
+                inputs[inp] = None
+        if kinds[n] is NodeKind.OP and isinstance(n.meta.get("val"), (tuple, list)):
+            continue  # its getitems are the outputs
+        if any(u not in body for u in n.users):
+            outputs[n] = None
+    p.inputs, p.outputs = list(inputs), list(outputs)
+    return p
+
+
+def _merge(into: int, other: int, owner, members, mine) -> None:
+    for m in members.pop(other):
+        owner[m] = into
+        members[into].append(m)
+    mine.remove(other)
+
+
+def _creates_cycle(group: list[fx.Node], owner, members, index, limit: int) -> bool:
+    """Would treating ``group`` as one unit close a cycle (a path leaving it and coming back)?
+
+    Committed partitions are units too, so a path that enters one continues from all its members. Nodes past
+    ``limit`` cannot lead back: everything that belongs to a unit lies at or before it.
+    """
+    inside = set(group)
+    group_ids = {owner.get(n) for n in group} - {None}
+    stack = [u for n in group for u in n.users if u not in inside]
+    seen: set = set()
+    seen_units: set = set()
+    while stack:
+        v = stack.pop()
+        if v in inside:
+            return True
+        if v in seen:
+            continue
+        seen.add(v)
+        pid = owner.get(v)
+        if pid is not None and pid not in group_ids:
+            if pid not in seen_units:
+                seen_units.add(pid)
+                for m in members[pid]:
+                    stack.extend(u for u in m.users if u not in seen)
+            continue
+        if index[v] > limit:
+            continue
+        stack.extend(v.users)
+    return False
+
+
+def _merge_independent(mine: list[int], owner, members, index, nodes) -> None:
+    """Fuse blocks of one delegate that have no path between them: fewer delegate calls, fewer seams."""
+    limit = len(nodes)
+    merged = True
+    while merged:
+        merged = False
+        for i, a in enumerate(mine):
+            for b in mine[i + 1:]:
+                if not _creates_cycle(members[a] + members[b], owner, members, index, limit):
+                    _merge(a, b, owner, members, mine)
+                    merged = True
+                    break
+            if merged:
+                break

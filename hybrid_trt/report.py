@@ -1,0 +1,112 @@
+"""What went where and why: per partition (delegate, ops, shapes, build times, engines, fallbacks) and per op
+left to Inductor (the reason). Available as data and printed as a table."""
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections import Counter
+from typing import Optional
+
+
+@dataclasses.dataclass
+class EngineRecord:
+    signature: str  # input shapes (and size values) this engine is specialised to
+    lower_seconds: float
+    build_seconds: float
+
+
+@dataclasses.dataclass
+class PartitionReport:
+    index: int
+    delegate: str
+    op_count: int
+    ops: dict  # op name -> count
+    input_shapes: list
+    output_shapes: list
+    status: str = "delegated"  # delegated | fell back to Inductor
+    engines: list = dataclasses.field(default_factory=list)  # EngineRecord
+    events: list = dataclasses.field(default_factory=list)  # fallbacks, bound reached, ...
+
+    @property
+    def build_seconds(self) -> float:
+        return sum(e.lower_seconds + e.build_seconds for e in self.engines)
+
+
+@dataclasses.dataclass
+class InductorOp:
+    node: str
+    op: str
+    reason: str
+
+
+@dataclasses.dataclass
+class CompileReport:
+    graph_index: int
+    whole_graph_reason: Optional[str] = None  # set when the graph went to Inductor alone
+    partitions: list = dataclasses.field(default_factory=list)
+    inductor_ops: list = dataclasses.field(default_factory=list)
+    inductor_status: str = "compiled"  # compiled | ran as FX graph (Inductor failed)
+    partition_seconds: float = 0.0
+
+    @property
+    def delegated_op_count(self) -> int:
+        return sum(p.op_count for p in self.partitions if p.status == "delegated")
+
+    def reasons(self) -> Counter:
+        return Counter(op.reason for op in self.inductor_ops)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def table(self) -> str:
+        total = self.delegated_op_count + len(self.inductor_ops)
+        lines = [f"hybrid_trt graph {self.graph_index}: {self.delegated_op_count}/{total} ops delegated in "
+                 f"{sum(p.status == 'delegated' for p in self.partitions)} partition(s); "
+                 f"Inductor: {self.inductor_status}"]
+        if self.whole_graph_reason:
+            lines.append(f"  whole graph to Inductor: {self.whole_graph_reason}")
+        if self.partitions:
+            lines.append(f"  {'#':>3} {'delegate':<12} {'ops':>4} {'build s':>8}  {'inputs -> outputs':<48} status")
+            for p in self.partitions:
+                shapes = f"{_shapes(p.input_shapes)} -> {_shapes(p.output_shapes)}"
+                lines.append(f"  {p.index:>3} {p.delegate:<12} {p.op_count:>4} {p.build_seconds:>8.3f}  "
+                             f"{shapes:<48} {p.status}")
+                for e in p.events:
+                    lines.append(f"      ! {e}")
+        if self.inductor_ops:
+            lines.append("  ops left to Inductor (count, op, reason):")
+            grouped = Counter((op.op, op.reason) for op in self.inductor_ops)
+            for (op, reason), n in sorted(grouped.items(), key=lambda kv: -kv[1]):
+                lines.append(f"    {n:>3} {op:<40} {reason}")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.table()
+
+
+def _shapes(shapes) -> str:
+    text = ", ".join("x".join(str(d) for d in s) if s else "scalar" for s in shapes)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+# Registry of the reports of every graph compiled in this process, in order.
+_REPORTS: list = []
+_LOCK = threading.Lock()
+
+
+def new_report() -> CompileReport:
+    with _LOCK:
+        report = CompileReport(graph_index=len(_REPORTS))
+        _REPORTS.append(report)
+    return report
+
+
+def reports() -> list:
+    """Reports of every graph hybrid_trt compiled in this process (a model with graph breaks has several)."""
+    with _LOCK:
+        return list(_REPORTS)
+
+
+def last_report() -> Optional[CompileReport]:
+    with _LOCK:
+        return _REPORTS[-1] if _REPORTS else None

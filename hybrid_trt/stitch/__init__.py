@@ -1,0 +1,1 @@
+"""Stitching: delegated partitions become calls of one custom op inside the graph Inductor compiles."""

@@ -1,0 +1,84 @@
+"""Checks the Triton launchers against the torch reference.
+
+Run as a script: ``python sparse_triton_check.py cpu`` (needs
+TRITON_INTERPRET=1 in the environment before Triton is imported, so the
+pytest wrapper runs it in a subprocess) or ``... cuda`` on a GPU machine.
+Prints one line per case and exits non-zero on the first mismatch.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+
+import torch  # noqa: E402
+
+from hybrid_trt.plugins.sparse import reference as R  # noqa: E402
+from hybrid_trt.plugins.sparse import triton_kernels as T  # noqa: E402
+from hybrid_trt.plugins.sparse.geometry import conv_output_shape, subm_padding  # noqa: E402
+from sparse_dense_ref import random_cloud  # noqa: E402
+
+# (batch, spatial_shape, density)
+CLOUDS = {
+    "random": (2, (5, 6, 7), 0.15),
+    "empty": (1, (4, 4, 4), 0.0),
+    "single": (1, (1, 1, 1), 1.0),
+}
+# kernel_size, stride, padding, dilation; stride 1 + subm padding = SubM.
+GEOMS = {
+    "subm3": ((3, 3, 3), (1, 1, 1), None, (1, 1, 1)),
+    "subm_dil": ((3, 1, 3), (1, 1, 1), None, (2, 1, 1)),
+    "down": ((3, 3, 3), (2, 2, 2), (1, 1, 1), (1, 1, 1)),
+    "odd": ((2, 3, 1), (2, 1, 3), (0, 1, 0), (1, 2, 1)),
+}
+# (Cin, Cout): below the 16-wide dot minimum, and wider than one K tile.
+CHANNELS = [(5, 3), (40, 20)]
+
+
+def check(device: str) -> int:
+    failures = 0
+    tol = {torch.float32: 1e-4, torch.float16: 2e-2}
+    for cname, (batch, shape, density) in CLOUDS.items():
+        _, indices = random_cloud(batch, shape, density, 1, seed=11)
+        indices = indices.to(device)
+        for gname, (ks, st, pad, dil) in GEOMS.items():
+            pad = subm_padding(ks, dil) if pad is None else pad
+            try:
+                out_shape = conv_output_shape(shape, ks, st, pad, dil)
+            except ValueError:
+                continue
+            out_idx = R.strided_out_indices(indices, out_shape, ks, st, pad, dil)
+            ref_nbr = R.neighbor_map(out_idx, indices, shape, ks, st, pad, dil)
+            nbr = T.neighbor_search(out_idx, indices, shape, ks, st, pad, dil)
+            ok = torch.equal(nbr, ref_nbr)
+            ref_t = R.transpose_neighbor_map(ref_nbr, indices.shape[0])
+            ok_t = torch.equal(T.transpose_neighbor_map(ref_nbr, indices.shape[0]), ref_t)
+            print(f"{device} {cname} {gname} rulebook M={out_idx.shape[0]} search={ok} transpose={ok_t}")
+            failures += (not ok) + (not ok_t)
+            # Wide channels only on the random cloud: the interpreter is slow.
+            wide = cname == "random" and gname in ("subm3", "down")
+            for c_in, c_out in CHANNELS if wide else CHANNELS[:1]:
+                g = torch.Generator().manual_seed(c_in)
+                feats = torch.randn((indices.shape[0], c_in), generator=g).to(device)
+                weight = (torch.randn((c_out, *ks, c_in), generator=g) * 0.2).to(device)
+                bias = torch.randn((c_out,), generator=g).to(device)
+                for dtype in (torch.float32, torch.float16):
+                    for b in (bias, None) if dtype == torch.float32 else (bias,):
+                        args = (feats.to(dtype), weight.to(dtype), ref_nbr, None if b is None else b.to(dtype))
+                        want = R.conv_compute(*args).float()
+                        got = T.conv_compute(*args)
+                        scale = 1.0 + (want.abs().max().item() if want.numel() else 0.0)
+                        err = (got.float() - want).abs().max().item() if want.numel() else 0.0
+                        good = got.dtype == dtype and got.shape == want.shape and err <= tol[dtype] * scale
+                        failures += not good
+                        if not good or cname == "random":
+                            print(f"  compute {c_in}->{c_out} {dtype} bias={b is not None} max_err={err:.3g} ok={good}")
+    print("FAILURES", failures)
+    return failures
+
+
+if __name__ == "__main__":
+    sys.exit(1 if check(sys.argv[1] if len(sys.argv) > 1 else "cpu") else 0)
