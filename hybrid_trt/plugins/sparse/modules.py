@@ -245,6 +245,24 @@ class SparseInverseConv3d(_SparseConv):
         )
 
 
+def batch_norm_features(bn: nn.BatchNorm1d, features: torch.Tensor) -> torch.Tensor:
+    """``bn(features)``, but in eval mode written as the affine map it is.
+
+    The number of active sites after a strided conv is an unbacked size under
+    torch.compile, and ``F.batch_norm`` branches on ``numel() == 0``, which
+    Dynamo cannot decide for an unbacked size. The affine form has no branch.
+    """
+    if bn.training or not bn.track_running_stats or bn.running_mean is None:
+        return bn(features)
+    scale = torch.rsqrt(bn.running_var + bn.eps)
+    if bn.weight is not None:
+        scale = scale * bn.weight
+    shift = -bn.running_mean * scale
+    if bn.bias is not None:
+        shift = shift + bn.bias
+    return features * scale.to(features.dtype) + shift.to(features.dtype)
+
+
 class SparseSequential(nn.Sequential):
     """Like spconv's: sparse layers get the SparseConvTensor, any other
     module (BatchNorm1d, ReLU, ...) is applied to its features."""
@@ -252,7 +270,10 @@ class SparseSequential(nn.Sequential):
     def forward(self, x):
         for module in self:
             if isinstance(x, SparseConvTensor) and not isinstance(module, (_SparseConv, SparseSequential)):
-                x = x.replace_feature(module(x.features))
+                if isinstance(module, nn.BatchNorm1d):
+                    x = x.replace_feature(batch_norm_features(module, x.features))
+                else:
+                    x = x.replace_feature(module(x.features))
             else:
                 x = module(x)
         return x

@@ -1,0 +1,123 @@
+"""torch.compile captures sparse models whole (no graph break) and the
+compiled model matches eager, also when the voxel count changes."""
+
+from __future__ import annotations
+
+import pathlib
+import sys
+
+import pytest
+import torch
+from torch import nn
+
+from hybrid_trt.plugins.sparse import (
+    SparseConv3d,
+    SparseConvTensor,
+    SparseInverseConv3d,
+    SparseSequential,
+    SubMConv3d,
+)
+from sparse_dense_ref import random_cloud
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "examples"))
+import lidar_detector  # noqa: E402
+
+SPARSE_OPS = {
+    "sparse_rulebook_subm",
+    "sparse_rulebook_strided",
+    "sparse_rulebook_transpose",
+    "sparse_conv_compute",
+}
+
+
+class UNetish(nn.Module):
+    """Down and back up with a shared rulebook; output is the dense grid."""
+
+    def __init__(self, shape, batch):
+        super().__init__()
+        self.shape, self.batch = shape, batch
+        self.net = SparseSequential(
+            SubMConv3d(3, 8, 3, indice_key="s0"), nn.BatchNorm1d(8), nn.ReLU(),
+            SparseConv3d(8, 8, 3, stride=2, padding=1, indice_key="down"), nn.ReLU(),
+            SubMConv3d(8, 8, 3, indice_key="s1"),
+            SparseInverseConv3d(8, 4, 3, indice_key="down"),
+            SubMConv3d(4, 4, 3, indice_key="s0"),
+        )
+
+    def forward(self, features, indices):
+        y = self.net(SparseConvTensor(features, indices, self.shape, self.batch))
+        return y.dense()
+
+
+def _graphs(model, *args, fullgraph):
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    out = torch.compile(model, backend=backend, fullgraph=fullgraph)(*args)
+    return graphs, out
+
+
+def _sparse_targets(gm):
+    return {
+        str(n.target).split(".")[1]
+        for n in gm.graph.nodes
+        if n.op == "call_function" and str(n.target).startswith("hybrid_trt.sparse")
+    }
+
+
+@pytest.fixture
+def clouds():
+    return [random_cloud(2, (8, 10, 9), d, 3, seed=s) for s, d in ((0, 0.1), (1, 0.2))]
+
+
+def test_one_graph_without_fullgraph_when_dynamic_outputs_allowed(clouds):
+    model = UNetish((8, 10, 9), 2).eval()
+    with torch.no_grad(), torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True):
+        graphs, out = _graphs(model, *clouds[0], fullgraph=False)
+        expected = model(*clouds[0])
+    assert len(graphs) == 1
+    assert _sparse_targets(graphs[0]) == SPARSE_OPS
+    torch.testing.assert_close(out, expected)
+
+
+def test_inductor_matches_eager_across_voxel_counts(clouds):
+    torch.manual_seed(0)
+    model = UNetish((8, 10, 9), 2).eval()
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="inductor", fullgraph=True)
+    with torch.no_grad():
+        for features, indices in clouds:
+            torch.testing.assert_close(compiled(features, indices), model(features, indices), atol=1e-5, rtol=1e-5)
+
+
+def test_lidar_detector_is_one_graph_and_matches_eager():
+    model = lidar_detector.build_model("small")
+    feats, coords = lidar_detector.make_inputs("small", seed=0)
+    with torch.inference_mode():
+        graphs, _ = _graphs(model, feats, coords, fullgraph=True)
+        assert len(graphs) == 1
+        assert _sparse_targets(graphs[0]) == SPARSE_OPS - {"sparse_rulebook_transpose"}
+        torch._dynamo.reset()
+        compiled = torch.compile(model, backend="aot_eager", fullgraph=True)
+        for seed in (0, 1):
+            feats, coords = lidar_detector.make_inputs("small", seed=seed)
+            expected = model(feats, coords)
+            boxes, scores, labels = compiled(feats, coords)
+            assert boxes.shape == (2, model.cfg.top_k, 7) and scores.shape == (2, model.cfg.top_k)
+            assert torch.isfinite(boxes).all()
+            lidar_detector.compare_detections(expected, (boxes, scores, labels), atol=1e-4, rtol=1e-4)
+
+
+def test_make_inputs_is_deterministic_and_unique():
+    cfg = lidar_detector.CONFIGS["small"]
+    f1, c1 = lidar_detector.make_inputs("small", seed=3)
+    f2, c2 = lidar_detector.make_inputs("small", seed=3)
+    assert torch.equal(c1, c2) and torch.equal(f1, f2)
+    assert c1.dtype == torch.int32 and c1.shape[1] == 4 and f1.shape == (c1.shape[0], 4)
+    assert torch.unique(c1, dim=0).shape[0] == c1.shape[0]
+    assert (c1[:, 1:] >= 0).all() and (c1[:, 1:] < torch.tensor(cfg.grid, dtype=torch.int32)).all()
+    assert c1.shape[0] == cfg.batch_size * cfg.voxels_per_sample
