@@ -12,7 +12,12 @@ aten = torch.ops.aten
 
 @lowering(aten.relu.default, dtypes=NUMERIC)
 def lower_relu(ctx, node):
-    return ctx.op("Relu", ctx.input(node.args[0]))
+    x = ctx.input(node.args[0])
+    dtype = ctx.dtype(node)
+    if not dtype.is_floating_point:
+        # ONNX Runtime's CPU provider has Relu kernels for float types only; Max has integer ones.
+        return ctx.op("Max", x, ctx.const(0, dtype))
+    return ctx.op("Relu", x)
 
 
 @lowering(aten.sigmoid.default)

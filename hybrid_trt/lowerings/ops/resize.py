@@ -47,7 +47,8 @@ def lower_upsample_nearest2d_vec(ctx, node):
 def lower_upsample_nearest2d(ctx, node):
     x = node.args[0]
     scales = [node.args[i] if len(node.args) > i else None for i in (2, 3)]
-    factors = [1.0 / s for s in scales] if all(s is not None for s in scales) else None
+    # ATen's scales_h/scales_w are the user's scale factors (output/input), as ONNX Resize wants them.
+    factors = [float(s) for s in scales] if all(s is not None for s in scales) else None
     return ctx.op("Resize", ctx.input(x), *_scales_or_sizes(ctx, node, factors), mode="nearest",
                   coordinate_transformation_mode="asymmetric", nearest_mode="floor")
 
@@ -62,7 +63,7 @@ def lower_upsample_bilinear2d_vec(ctx, node):
 def lower_upsample_bilinear2d(ctx, node):
     x, _output_size, align_corners = node.args[:3]
     scales = [node.args[i] if len(node.args) > i else None for i in (3, 4)]
-    factors = [1.0 / s for s in scales] if all(s is not None for s in scales) else None
+    factors = [float(s) for s in scales] if all(s is not None for s in scales) else None  # output/input
     return _bilinear(ctx, node, x, align_corners, factors)
 
 

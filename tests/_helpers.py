@@ -1,0 +1,16 @@
+"""Helpers shared by the test modules."""
+import torch
+
+
+def assert_close(actual, expected, rtol=1e-4, atol=1e-4, what="output"):
+    """Structural comparison of (nested tuples of) tensors: same dtype and shape, values within tolerance."""
+    if isinstance(expected, (tuple, list)):
+        assert isinstance(actual, (tuple, list)) and len(actual) == len(expected), \
+            f"{what}: expected {len(expected)} outputs, got {type(actual).__name__} {actual!r:.200}"
+        for i, (a, e) in enumerate(zip(actual, expected)):
+            assert_close(a, e, rtol, atol, f"{what}[{i}]")
+        return
+    assert isinstance(actual, torch.Tensor), f"{what}: expected a tensor, got {type(actual).__name__}"
+    assert actual.dtype == expected.dtype, f"{what}: dtype {actual.dtype} != {expected.dtype}"
+    assert actual.shape == expected.shape, f"{what}: shape {tuple(actual.shape)} != {tuple(expected.shape)}"
+    torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol, equal_nan=True, msg=lambda m: f"{what}: {m}")

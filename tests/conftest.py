@@ -1,0 +1,33 @@
+"""Shared fixtures of the hybrid_trt test suite (CPU only)."""
+import logging
+import pathlib
+import sys
+
+import pytest
+import torch
+
+# Importable from a plain checkout too (CI installs the package editable; this keeps `pytest tests` working
+# without the install).
+_ROOT = pathlib.Path(__file__).resolve().parents[1]
+if str(_ROOT) not in sys.path:
+    sys.path.insert(0, str(_ROOT))
+
+import hybrid_trt  # noqa: E402,F401  (registers the backend)
+
+# Keep CPU thread counts small and deterministic on the 2-core CI machine.
+torch.set_num_threads(min(2, torch.get_num_threads()))
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    """Every test starts (and leaves) with an empty Dynamo cache, so compile counts and reports are its own."""
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+@pytest.fixture
+def hybrid_logs(caplog):
+    """caplog capturing the package logger at WARNING and above."""
+    caplog.set_level(logging.WARNING, logger="hybrid_trt")
+    return caplog

@@ -1,0 +1,463 @@
+"""One numeric test per registered ATen -> ONNX lowering, run directly (no Dynamo, no Inductor).
+
+For each registered target a tiny FX GraphModule is built by hand with exactly that op (so no tracing
+decomposes it away), in the form ``partitioner.extract`` produces: tensor placeholders, then size placeholders,
+weights as ``get_attr``. ``lower_to_onnx`` lowers it, an onnxruntime session runs it, and the result is compared
+with the op run eagerly. The table must cover every registered target: a new lowering without a sample fails.
+"""
+from __future__ import annotations
+
+import dataclasses
+import operator
+import time
+from typing import Any, Optional
+
+import onnxruntime as ort
+import pytest
+import torch
+import torch.fx as fx
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+import hybrid_trt  # noqa: F401
+from hybrid_trt.lowerings import lower_to_onnx
+from hybrid_trt.lowerings.registry import _LOWERINGS
+
+from _helpers import assert_close
+
+aten = torch.ops.aten
+prims = torch.ops.prims
+
+
+# -- sample description --------------------------------------------------------------------------------------------
+@dataclasses.dataclass
+class T:
+    """A tensor graph input (placeholder)."""
+    value: torch.Tensor
+
+
+@dataclasses.dataclass
+class W:
+    """A weight: a get_attr constant of the partition module (an ONNX initializer)."""
+    value: torch.Tensor
+
+
+@dataclasses.dataclass
+class S:
+    """A size input (SymInt placeholder in a dynamic graph; a Python int here)."""
+    value: int
+
+
+@dataclasses.dataclass
+class Case:
+    args: tuple
+    kwargs: dict = dataclasses.field(default_factory=dict)
+    outputs: Optional[tuple] = None  # for tuple-returning ops: which elements the graph uses
+    rtol: float = 1e-5
+    atol: float = 1e-5
+    id: str = ""
+
+
+def g(seed=0):
+    return torch.Generator().manual_seed(seed)
+
+
+def rn(*shape, dtype=torch.float32, seed=0):
+    return torch.randn(*shape, generator=g(seed)).to(dtype)
+
+
+def ri(*shape, lo=-5, hi=6, dtype=torch.int64, seed=0):
+    return torch.randint(lo, hi, shape, generator=g(seed)).to(dtype)
+
+
+def rb(*shape, seed=0):
+    return torch.rand(*shape, generator=g(seed)) > 0.5
+
+
+def pos(*shape, seed=0):
+    return torch.rand(*shape, generator=g(seed)) + 0.5
+
+
+def C(*args, **kwargs):
+    opts = {k: kwargs.pop(k) for k in ("outputs", "rtol", "atol", "id") if k in kwargs}
+    return Case(args, kwargs, **opts)
+
+
+X4 = lambda seed=0: rn(2, 3, 6, 6, seed=seed)  # noqa: E731
+X3 = lambda seed=0: rn(2, 4, 5, seed=seed)  # noqa: E731
+F64 = torch.float64
+
+# target -> list of cases. Several dtypes where the lowering's dtype set is wider than float32.
+SAMPLES: dict[Any, list[Case]] = {
+    # activation.py
+    aten.relu.default: [C(T(X3())), C(T(ri(3, 4)), id="int64")],
+    aten.sigmoid.default: [C(T(X3())), C(T(X3().to(F64)), id="f64")],
+    aten.silu.default: [C(T(X3()))],
+    aten.gelu.default: [C(T(X3())), C(T(X3()), approximate="tanh", id="tanh")],
+    aten.hardswish.default: [C(T(X3() * 4))],
+    aten.hardsigmoid.default: [C(T(X3() * 4))],
+    aten.leaky_relu.default: [C(T(X3())), C(T(X3()), 0.2, id="slope")],
+    aten.elu.default: [C(T(X3())), C(T(X3()), 0.5, id="alpha")],
+    aten.softplus.default: [C(T(X3() * 10)), C(T(X3() * 10), 2.0, 5.0, id="beta_threshold")],
+    aten.mish.default: [C(T(X3()))],
+    aten.clamp.default: [C(T(X3()), -0.5, 0.5), C(T(X3()), None, 0.3, id="max_only"),
+                         C(T(ri(3, 4)), -2, 2, id="int64")],
+    aten.clamp.Tensor: [C(T(X3()), T(rn(4, 5, seed=1) - 1), T(rn(4, 5, seed=2) + 1))],
+    aten.clamp_min.default: [C(T(X3()), 0.1)],
+    aten.clamp_min.Tensor: [C(T(X3()), T(rn(5, seed=1)))],
+    aten.clamp_max.default: [C(T(X3()), 0.1), C(T(ri(3, 4)), 1, id="int64")],
+    aten.clamp_max.Tensor: [C(T(X3()), T(rn(5, seed=1)))],
+    aten.hardtanh.default: [C(T(X3() * 2)), C(T(X3() * 2), -0.5, 0.25, id="bounds")],
+    # constant.py: factories have no tensor input; the value is an initializer
+    aten.full.default: [C([2, 3], 1.5, dtype=torch.float32), C([4], 7, dtype=torch.int64, id="int64")],
+    aten.zeros.default: [C([2, 3], dtype=torch.float32), C([3], dtype=torch.bool, id="bool")],
+    aten.ones.default: [C([2, 3], dtype=torch.float32), C([5], dtype=torch.int64, id="int64")],
+    aten.arange.start_step: [C(1, 10, 3, dtype=torch.int64), C(0.0, 1.0, 0.25, dtype=torch.float32, id="float")],
+    aten.arange.start: [C(2, 7, dtype=torch.int64)],
+    aten.arange.default: [C(6, dtype=torch.int64), C(4, dtype=torch.float32, id="float")],
+    aten.scalar_tensor.default: [C(3.5, dtype=torch.float32)],
+    prims.iota.default: [C(5, start=2, step=3, dtype=torch.int64, device=torch.device("cpu"), requires_grad=False)],
+    aten.full_like.default: [C(T(X3()), 2.5), C(T(ri(3, 4)), 9, id="int64")],
+    aten.zeros_like.default: [C(T(X3()))],
+    aten.ones_like.default: [C(T(ri(3, 4)))],
+    aten.fill.Scalar: [C(T(X3()), -1.25)],
+    # conv.py
+    aten.convolution.default: [
+        C(T(X4()), W(rn(4, 3, 3, 3, seed=1)), W(rn(4, seed=2)), [1, 1], [1, 1], [1, 1], False, [0, 0], 1, rtol=1e-4,
+          atol=1e-4, id="2d"),
+        C(T(X4()), W(rn(6, 1, 3, 3, seed=1)), None, [2, 2], [0, 0], [1, 1], False, [0, 0], 3, rtol=1e-4,
+          atol=1e-4, id="grouped_strided_nobias"),
+        C(T(X3()), W(rn(2, 4, 3, seed=1)), W(rn(2, seed=2)), [1], [2], [2], False, [0], 1, rtol=1e-4, atol=1e-4,
+          id="1d_dilated"),
+        C(T(X4()), W(rn(3, 2, 3, 3, seed=1)), W(rn(2, seed=2)), [2, 2], [1, 1], [1, 1], True, [1, 1], 1,
+          rtol=1e-4, atol=1e-4, id="transposed"),
+    ],
+    # elementwise.py
+    aten.mul.Tensor: [C(T(X3()), T(rn(5, seed=1))), C(T(ri(3, 4)), T(X3(seed=1)[0, :3, :4]), id="int_float_promote")],
+    aten.mul.Scalar: [C(T(X3()), 2.5)],
+    aten.maximum.default: [C(T(X3()), T(X3(seed=1))), C(T(ri(3, 4)), T(ri(3, 4, seed=1)), id="int64")],
+    aten.minimum.default: [C(T(X3()), T(X3(seed=1)))],
+    aten.pow.Tensor_Scalar: [C(T(pos(3, 4)), 2.5), C(T(X3()), 2, id="int_exponent")],
+    aten.pow.Tensor_Tensor: [C(T(pos(3, 4)), T(rn(3, 4, seed=1)))],
+    aten.add.Tensor: [C(T(X3()), T(rn(5, seed=1))), C(T(X3()), T(X3(seed=1)), alpha=2, id="alpha"),
+                      C(T(ri(3, 4)), T(ri(3, 4, seed=1)), id="int64"),
+                      C(T(X3().to(F64)), T(rn(5, seed=1)), id="f64_f32_promote")],
+    aten.add.Scalar: [C(T(X3()), 1.5)],
+    aten.sub.Tensor: [C(T(X3()), T(X3(seed=1))), C(T(X3()), T(X3(seed=1)), alpha=3, id="alpha")],
+    aten.sub.Scalar: [C(T(ri(3, 4)), 2)],
+    aten.rsub.Scalar: [C(T(X3()), 1.0), C(T(X3()), 1.0, alpha=2, id="alpha")],
+    aten.rsub.Tensor: [C(T(X3()), T(X3(seed=1)))],
+    aten.div.Tensor: [C(T(X3()), T(pos(4, 5))), C(T(ri(3, 4)), T(ri(3, 4, lo=1, seed=1)), id="int_true_div")],
+    aten.div.Scalar: [C(T(X3()), 4.0)],
+    aten.div.Tensor_mode: [
+        C(T(X3() * 5), T(pos(4, 5)), rounding_mode="floor", id="float_floor"),
+        C(T(X3() * 5), T(pos(4, 5)), rounding_mode="trunc", id="float_trunc"),
+        C(T(ri(3, 4, lo=-20, hi=20)), T(ri(3, 4, lo=1, hi=7, seed=1)), rounding_mode="floor", id="int_floor"),
+        C(T(ri(3, 4, lo=-20, hi=20)), T(ri(3, 4, lo=1, hi=7, seed=1)), rounding_mode="trunc", id="int_trunc"),
+    ],
+    aten.div.Scalar_mode: [C(T(ri(3, 4, lo=-20, hi=20)), 3, rounding_mode="floor")],
+    aten.eq.Tensor: [C(T(ri(3, 4, lo=0, hi=3)), T(ri(3, 4, lo=0, hi=3, seed=1)))],
+    aten.eq.Scalar: [C(T(ri(3, 4, lo=0, hi=3)), 1)],
+    aten.ne.Tensor: [C(T(rb(3, 4)), T(rb(3, 4, seed=1)), id="bool")],
+    aten.ne.Scalar: [C(T(ri(3, 4, lo=0, hi=3)), 2)],
+    aten.lt.Tensor: [C(T(X3()), T(X3(seed=1))), C(T(ri(3, 4)), T(X3(seed=1)[0, :3, :4]), id="mixed")],
+    aten.lt.Scalar: [C(T(X3()), 0.0)],
+    aten.le.Tensor: [C(T(ri(3, 4)), T(ri(3, 4, seed=1)))],
+    aten.le.Scalar: [C(T(X3()), 0.25)],
+    aten.gt.Tensor: [C(T(X3()), T(X3(seed=1)))],
+    aten.gt.Scalar: [C(T(ri(3, 4)), 0), C(T(X3()), 0.5, id="float")],
+    aten.ge.Tensor: [C(T(X3()), T(rn(5, seed=1)))],
+    aten.ge.Scalar: [C(T(X3()), -0.1)],
+    aten.logical_and.default: [C(T(rb(3, 4)), T(rb(3, 4, seed=1))), C(T(X3()), T(ri(4, 5)), id="non_bool")],
+    aten.logical_or.default: [C(T(rb(3, 4)), T(rb(3, 4, seed=1)))],
+    aten.logical_xor.default: [C(T(rb(3, 4)), T(rb(3, 4, seed=1)))],
+    aten.bitwise_and.Tensor: [C(T(rb(3, 4)), T(rb(3, 4, seed=1)))],
+    aten.bitwise_or.Tensor: [C(T(rb(3, 4)), T(rb(3, 4, seed=1)))],
+    aten.logical_not.default: [C(T(rb(3, 4)))],
+    aten.bitwise_not.default: [C(T(rb(3, 4)))],
+    aten.where.self: [C(T(rb(4, 5)), T(X3()), T(X3(seed=1))), C(T(rb(3, 4)), T(ri(3, 4)), T(ri(4, seed=1)),
+                                                                 id="int64")],
+    aten.where.ScalarOther: [C(T(rb(4, 5)), T(X3()), 0.5)],
+    aten.where.ScalarSelf: [C(T(rb(4, 5)), -2.0, T(X3()))],
+    aten.where.Scalar: [C(T(rb(4, 5)), 1.0, 0.0)],
+    aten._to_copy.default: [C(T(X3() * 10), dtype=torch.int64), C(T(ri(3, 4)), dtype=torch.float32, id="i2f"),
+                            C(T(X3()), dtype=torch.bool, id="f2b"), C(T(X3()), dtype=F64, id="f2d")],
+    prims.convert_element_type.default: [C(T(ri(3, 4)), torch.float32)],
+    aten.clone.default: [C(T(X3()))],
+    aten.alias.default: [C(T(ri(3, 4)))],
+    aten.lift_fresh_copy.default: [C(T(X3()))],
+    aten.neg.default: [C(T(X3())), C(T(ri(3, 4)), id="int64")],
+    aten.abs.default: [C(T(X3())), C(T(ri(3, 4)), id="int64")],
+    aten.sign.default: [C(T(X3())), C(T(ri(3, 4)), id="int64")],
+    aten.exp.default: [C(T(X3()))],
+    aten.log.default: [C(T(pos(3, 4)))],
+    aten.sqrt.default: [C(T(pos(3, 4)))],
+    aten.reciprocal.default: [C(T(pos(3, 4)))],
+    aten.erf.default: [C(T(X3()))],
+    aten.sin.default: [C(T(X3()))],
+    aten.cos.default: [C(T(X3()))],
+    aten.tan.default: [C(T(X3()))],
+    aten.atan.default: [C(T(X3()))],
+    aten.tanh.default: [C(T(X3())), C(T(X3().to(F64)), id="f64")],
+    aten.floor.default: [C(T(X3() * 3))],
+    aten.ceil.default: [C(T(X3() * 3))],
+    aten.round.default: [C(T(torch.tensor([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 0.2, -0.7])), id="half_to_even")],
+    aten.rsqrt.default: [C(T(pos(3, 4)))],
+    aten.log1p.default: [C(T(pos(3, 4)))],
+    aten.expm1.default: [C(T(X3()), atol=1e-5)],
+    aten.remainder.Scalar: [C(T(X3() * 5), 1.5), C(T(ri(3, 4, lo=-20, hi=20)), 3, id="int64")],
+    aten.remainder.Tensor: [C(T(X3() * 5), T(pos(4, 5) * 2)),
+                            C(T(ri(3, 4, lo=-20, hi=20)), T(ri(3, 4, lo=-6, hi=-1, seed=1)), id="int_neg_divisor")],
+    # indexing.py
+    aten.index_select.default: [C(T(X3()), 1, T(torch.tensor([3, 0, 0, 2]))),
+                                C(T(ri(3, 4)), -1, T(torch.tensor([1, 3])), id="int64")],
+    aten.embedding.default: [C(W(rn(10, 4)), T(torch.tensor([[1, 9], [0, 1]])))],
+    aten.gather.default: [C(T(X3()), 2, T(ri(2, 4, 3, lo=0, hi=5)))],
+    aten.topk.default: [C(T(X3()), 3, outputs=(0, 1)), C(T(X3()), 2, 1, False, outputs=(0, 1), id="smallest_dim1")],
+    # linear.py
+    aten.addmm.default: [C(W(rn(6, seed=2)), T(rn(3, 5)), W(rn(5, 6, seed=1)), rtol=1e-4, atol=1e-4),
+                         C(T(rn(3, 6, seed=2)), T(rn(3, 5)), T(rn(5, 6, seed=1)), beta=0.5, alpha=2.0,
+                           rtol=1e-4, atol=1e-4, id="alpha_beta")],
+    aten.mm.default: [C(T(rn(3, 5)), T(rn(5, 6, seed=1)), rtol=1e-4, atol=1e-4)],
+    aten.bmm.default: [C(T(rn(2, 3, 5)), T(rn(2, 5, 6, seed=1)), rtol=1e-4, atol=1e-4)],
+    aten.baddbmm.default: [C(T(rn(2, 3, 6, seed=2)), T(rn(2, 3, 5)), T(rn(2, 5, 6, seed=1)), rtol=1e-4, atol=1e-4),
+                           C(T(rn(2, 3, 6, seed=2)), T(rn(2, 3, 5)), T(rn(2, 5, 6, seed=1)), beta=0.5, alpha=0.25,
+                             rtol=1e-4, atol=1e-4, id="alpha_beta")],
+    # normalization.py
+    aten._native_batch_norm_legit_no_training.default: [
+        C(T(X4()), W(rn(3, seed=1)), W(rn(3, seed=2)), W(rn(3, seed=3) * 0.1), W(pos(3, seed=4)), 0.1, 1e-5,
+          outputs=(0,), rtol=1e-4, atol=1e-4),
+        C(T(X4()), None, None, W(rn(3, seed=3) * 0.1), W(pos(3, seed=4)), 0.1, 1e-3, outputs=(0,), rtol=1e-4,
+          atol=1e-4, id="no_affine")],
+    aten.native_layer_norm.default: [
+        C(T(X3()), [5], W(rn(5, seed=1)), W(rn(5, seed=2)), 1e-5, outputs=(0,), rtol=1e-4, atol=1e-4),
+        C(T(X3()), [4, 5], None, None, 1e-6, outputs=(0,), rtol=1e-4, atol=1e-4, id="2dims_no_affine")],
+    aten._softmax.default: [C(T(X3()), -1, False), C(T(X3()), 1, False, id="dim1")],
+    aten._log_softmax.default: [C(T(X3()), 2, False)],
+    # pooling.py
+    aten.max_pool2d_with_indices.default: [
+        C(T(X4()), [3, 3], [2, 2], [1, 1], outputs=(0,)),
+        C(T(X4()), [2, 2], [2, 2], [0, 0], [1, 1], True, outputs=(0,), id="ceil"),
+        C(T(X4()), [2, 2], outputs=(0,), id="defaults")],
+    aten.avg_pool2d.default: [C(T(X4()), [2, 2], [2, 2]),
+                              C(T(X4()), [3, 3], [1, 1], [1, 1], False, False, id="pad_exclude"),
+                              C(T(X4()), [3, 3], [2, 2], [1, 1], False, True, id="pad_include")],
+    aten._adaptive_avg_pool2d.default: [C(T(X4()), [1, 1]), C(T(X4()), [3, 2], id="divisible")],
+    # reduction.py
+    aten.sum.dim_IntList: [C(T(X3()), [1]), C(T(X3()), [0, -1], True, id="keepdim"),
+                           C(T(ri(3, 4)), [1], id="int64")],
+    aten.sum.default: [C(T(X3()))],
+    aten.mean.dim: [C(T(X3()), [-1], True), C(T(X3()), [0, 2], id="two_dims")],
+    aten.mean.default: [C(T(X3()))],
+    aten.amax.default: [C(T(X3()), [1]), C(T(ri(3, 4)), [0, 1], True, id="int64_keepdim")],
+    aten.amin.default: [C(T(X3()), [2], True)],
+    aten.max.dim: [C(T(X3()), 1, outputs=(0, 1)), C(T(X3()), -1, True, outputs=(0, 1), id="keepdim")],
+    aten.min.dim: [C(T(X3()), 2, outputs=(0, 1))],
+    aten.argmax.default: [C(T(X3()), 1), C(T(X3()), -1, True, id="keepdim")],
+    aten.argmin.default: [C(T(X3()), 0)],
+    aten.var_mean.correction: [C(T(X3()), [1], correction=1, outputs=(0, 1)),
+                               C(T(X3()), [2], correction=0, keepdim=True, outputs=(0, 1), id="biased_keepdim")],
+    aten.var.correction: [C(T(X3()), [2], correction=1), C(T(X3()), None, correction=0, id="all")],
+    aten.cumsum.default: [C(T(X3()), 1), C(T(ri(3, 4)), -1, id="int64")],
+    aten.prod.dim_int: [C(T(pos(3, 4) + 0.5), 1), C(T(pos(3, 4) + 0.5), 0, True, id="keepdim")],
+    # resize.py
+    torch.ops.hybrid_trt.interpolate.default: [
+        C(T(X4()), None, [2.0, 2.0], "nearest", None, id="nearest_scale"),
+        C(T(X4()), [9, 12], None, "nearest", None, id="nearest_size"),
+        C(T(X4()), None, [2.0, 2.0], "bilinear", False, id="bilinear_scale"),
+        C(T(X4()), [8, 9], None, "bilinear", True, id="bilinear_align_corners"),
+        C(T(X4()), [8, 9], None, "bilinear", False, id="bilinear_size")],
+    aten.upsample_nearest2d.vec: [C(T(X4()), None, [2.0, 3.0]), C(T(X4()), [12, 9], None, id="size")],
+    aten.upsample_nearest2d.default: [C(T(X4()), [12, 12], 2.0, 2.0, id="scales"),
+                                      C(T(X4()), [9, 12], id="size_only")],
+    aten.upsample_bilinear2d.vec: [C(T(X4()), None, False, [2.0, 2.0]),
+                                   C(T(X4()), [9, 10], True, None, id="align_corners")],
+    aten.upsample_bilinear2d.default: [C(T(X4()), [12, 12], False, 2.0, 2.0, id="scales"),
+                                       C(T(X4()), [8, 10], True, id="align_corners")],
+    # shape.py
+    aten.view.default: [C(T(X3()), [8, 5]), C(T(X3()), [S(2), -1], id="size_input")],
+    aten._unsafe_view.default: [C(T(X3()), [2, 20])],
+    aten.reshape.default: [C(T(ri(2, 6)), [3, 4])],
+    aten.squeeze.dim: [C(T(rn(2, 1, 3)), 1)],
+    aten.squeeze.dims: [C(T(rn(1, 2, 1, 3)), [0, 2])],
+    aten.squeeze.default: [C(T(rn(1, 2, 1, 3)))],
+    aten.unsqueeze.default: [C(T(X3()), -1), C(T(rb(3, 4)), 0, id="bool")],
+    aten.flatten.using_ints: [C(T(X4()), 1, -1)],
+    aten.permute.default: [C(T(X4()), [0, 2, 3, 1]), C(T(X3()), [-1, 0, 1], id="negative")],
+    aten.t.default: [C(T(rn(3, 4)))],
+    aten.transpose.int: [C(T(X4()), 1, -1)],
+    aten.expand.default: [C(T(rn(3, 1)), [2, 3, 4]), C(T(rn(3, 1)), [-1, 5], id="minus_one")],
+    aten.repeat.default: [C(T(rn(2, 3)), [2, 1]), C(T(ri(3)), [2, 2], id="prepend_dims")],
+    aten.slice.Tensor: [C(T(X3()), 2, 1, 4), C(T(X3()), 1, 0, 9223372036854775807, 2, id="step_to_end"),
+                        C(T(X3()), -1, -3, -1, id="negative")],
+    aten.select.int: [C(T(X3()), 1, 2), C(T(X3()), -1, -1, id="negative")],
+    aten.cat.default: [C([T(X3()), T(X3(seed=1)[:, :2])], 1),
+                       C([T(ri(2, 3)), T(X3()[0, :2, :3])], -1, id="mixed_dtype"),
+                       C([T(torch.empty(0)), T(rn(2, 3))], id="legacy_empty")],
+    aten.split.Tensor: [C(T(X3()), 2, 1, outputs=(0, 1))],
+    aten.split_with_sizes.default: [C(T(X3()), [1, 4], 2, outputs=(0, 1))],
+    aten.unbind.int: [C(T(X3()), 1, outputs=(0, 1, 2, 3))],
+    aten.constant_pad_nd.default: [C(T(X4()), [1, 2]), C(T(X4()), [0, 1, 2, 0], 1.5, id="value_2dims"),
+                                   C(T(ri(3, 4)), [1, 1], 7, id="int64")],
+}
+
+
+def _registered():
+    return sorted(_LOWERINGS, key=str)
+
+
+def _cases():
+    params = []
+    for target in _registered():
+        for k, case in enumerate(SAMPLES.get(target, [None])):
+            label = f"{target}" + (f"-{case.id or k}" if case is not None else "-MISSING")
+            params.append(pytest.param(target, case, id=label))
+    return params
+
+
+# -- building the partition module ---------------------------------------------------------------------------------
+def _build(target, case: Case):
+    """(GraphModule, tensor inputs, size inputs, eager args, eager kwargs) for one sample."""
+    graph = fx.Graph()
+    root = torch.nn.Module()
+    tensors, sizes, weights = [], [], []
+
+    def collect(a):
+        if isinstance(a, T):
+            tensors.append(a)
+        elif isinstance(a, S):
+            sizes.append(a)
+        elif isinstance(a, W):
+            weights.append(a)
+        elif isinstance(a, (list, tuple)):
+            for e in a:
+                collect(e)
+
+    for a in list(case.args) + list(case.kwargs.values()):
+        collect(a)
+    nodes = {}
+    for i, t in enumerate(tensors):
+        nodes[id(t)] = graph.placeholder(f"input_{i}")
+    for i, s in enumerate(sizes):
+        nodes[id(s)] = graph.placeholder(f"size_{i}")
+    for i, w in enumerate(weights):
+        name = f"const_{i}"
+        root.register_buffer(name, w.value, persistent=False)
+        nodes[id(w)] = graph.get_attr(name)
+
+    def to_fx(a):
+        if isinstance(a, (T, S, W)):
+            return nodes[id(a)]
+        if isinstance(a, list):
+            return [to_fx(e) for e in a]
+        if isinstance(a, tuple):
+            return tuple(to_fx(e) for e in a)
+        return a
+
+    def to_eager(a):
+        if isinstance(a, (T, W)):
+            return a.value
+        if isinstance(a, S):
+            return a.value
+        if isinstance(a, list):
+            return [to_eager(e) for e in a]
+        if isinstance(a, tuple):
+            return tuple(to_eager(e) for e in a)
+        return a
+
+    call = graph.call_function(target, to_fx(case.args), {k: to_fx(v) for k, v in case.kwargs.items()})
+    if case.outputs is None:
+        outs = (call,)
+    else:
+        outs = tuple(graph.call_function(operator.getitem, (call, i)) for i in case.outputs)
+    graph.output(outs)
+    gm = fx.GraphModule(root, graph)
+    eager_args = to_eager(case.args)
+    eager_kwargs = {k: to_eager(v) for k, v in case.kwargs.items()}
+    return gm, [t.value for t in tensors], [s.value for s in sizes], eager_args, eager_kwargs, call
+
+
+def _run_onnx(model, inputs):
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    feeds = {i.name: t.contiguous().numpy() for i, t in zip(sess.get_inputs(), inputs)}
+    return [torch.from_numpy(o) for o in sess.run(None, feeds)]
+
+
+# -- tests ---------------------------------------------------------------------------------------------------------
+def test_every_registered_lowering_has_samples():
+    missing = [str(t) for t in _registered() if not SAMPLES.get(t)]
+    assert not missing, f"lowerings without a numeric test in tests/test_lowerings.py SAMPLES: {missing}"
+
+
+@pytest.mark.parametrize("target,case", _cases())
+def test_lowering_matches_eager(target, case):
+    assert case is not None, f"no sample inputs for the registered lowering {target}: add them to SAMPLES"
+    gm, tensor_inputs, size_inputs, eager_args, eager_kwargs, call = _build(target, case)
+
+    # The sample must exercise the path the partitioner would delegate: the lowering's own check accepts it.
+    FakeTensorProp(gm, FakeTensorMode(allow_non_fake_inputs=True)).propagate(*tensor_inputs, *size_inputs)
+    reason = _LOWERINGS[target].unsupported_reason(call)
+    assert reason is None, f"sample for {target} is rejected by its lowering's capability check: {reason}"
+
+    with torch.no_grad():
+        expected = target(*eager_args, **eager_kwargs)
+    if case.outputs is not None:
+        expected = [expected[i] for i in case.outputs]
+    else:
+        expected = [expected]
+
+    model = lower_to_onnx(gm, [tuple(t.shape) for t in tensor_inputs], [t.dtype for t in tensor_inputs],
+                          size_inputs)
+    actual = _run_onnx(model, tensor_inputs)
+    assert_close(actual, expected, rtol=case.rtol, atol=case.atol, what=str(target))
+
+
+def test_resnet18_partition_lowers_in_under_a_second():
+    """Issue requirement: ResNet-18's (full size) partition lowers to ONNX in < 1 s (lowering only, no session)."""
+    from examples.models import build
+    from hybrid_trt.partitioner import partition_graph
+    from hybrid_trt.partitioner.extract import extract
+    from hybrid_trt.delegates import get_delegate
+    from hybrid_trt.capture import capture_decompositions
+    from torch._functorch.aot_autograd import aot_export_module
+
+    model, x = build("resnet18")
+
+    class TupleOut(torch.nn.Module):  # aot_export_module wants tuple outputs
+        def __init__(self):
+            super().__init__()
+            self.m = model
+
+        def forward(self, inp):
+            return (self.m(inp),)
+
+    wrapped = TupleOut().eval()
+    with torch.no_grad():
+        gm, sig = aot_export_module(wrapped, [x], trace_joint=False, decompositions=capture_decompositions())
+    # Parameters/buffers are the leading placeholders of the exported graph: make them the constants.
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    state = {**dict(wrapped.named_parameters()), **dict(wrapped.named_buffers())}
+    names = list(sig.inputs_to_parameters.items()) + list(sig.inputs_to_buffers.items())
+    by_name = {n.name: n for n in placeholders}
+    constants = {by_name[ph]: state[fqn] for ph, fqn in names}
+    plan = partition_graph(gm.graph, [get_delegate("onnxruntime")], min_block_size=3)
+    assert len(plan.partitions) == 1, [p.op_count for p in plan.partitions]
+    ex = extract(plan.partitions[0], constants)
+    assert len(ex.tensor_inputs) == 1 and ex.constant_names, "weights must be constants of the partition"
+    shapes = [tuple(x.shape)]
+    lower_to_onnx(ex.module, shapes, [x.dtype])  # warm-up: first-time imports and caches
+    best = float("inf")
+    for _ in range(3):
+        t0 = time.perf_counter()
+        model_proto = lower_to_onnx(ex.module, shapes, [x.dtype])
+        best = min(best, time.perf_counter() - t0)
+    assert sum(n.op_type == "Conv" for n in model_proto.graph.node) == 20
+    assert best < 1.0, f"lowering ResNet-18 took {best:.3f} s (limit 1 s)"
+    # And the lowered model is right.
+    with torch.no_grad():
+        expected = model(x)
+    out = _run_onnx(model_proto, [x])
+    assert_close(out, [expected], rtol=1e-3, atol=1e-3, what="resnet18 via lower_to_onnx")
