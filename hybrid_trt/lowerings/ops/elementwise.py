@@ -205,3 +205,13 @@ def lower_log1p(ctx, node):
 def lower_expm1(ctx, node):
     dtype = ctx.dtype(node)
     return ctx.op("Sub", ctx.op("Exp", ctx.input(node.args[0], dtype)), ctx.const(1.0, dtype))
+
+
+@lowering(aten.remainder.Scalar, aten.remainder.Tensor, dtypes=NUMERIC)
+def lower_remainder(ctx, node):
+    dtype = ctx.dtype(node)
+    a, b = ctx.input(node.args[0], dtype), ctx.input(node.args[1], dtype)
+    if not dtype.is_floating_point:
+        return ctx.op("Mod", a, b, fmod=0)  # integer Mod with fmod=0 has Python's sign convention, like ATen
+    # Float: a - floor(a / b) * b, ATen's definition (ONNX float Mod is fmod, the C convention).
+    return ctx.op("Sub", a, ctx.op("Mul", ctx.op("Floor", ctx.op("Div", a, b)), b))

@@ -1,0 +1,237 @@
+"""Latency and cold-compile benchmark: eager vs Inductor (freezing) vs ONNX Runtime whole model vs hybrid_trt.
+
+    .venv/bin/python benchmarks/bench_models.py [--models resnet18,detector,transformer] [--out FILE]
+
+Latency: all four callables live in one process and are timed in interleaved rounds, so a load change on the
+machine hits every variant alike; the ratios are taken within that one run. Cold compile: each variant is
+compiled in a fresh subprocess with Inductor's on-disk caches pointed at an empty directory.
+Per-call cost hybrid adds: hybrid latency minus the time of the raw ONNX Runtime sessions it calls
+(``run_with_iobinding`` on pre-bound buffers), divided by the number of partitions.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+THREADS = 2
+VARIANTS = ("eager", "inductor_freezing", "onnxruntime_whole", "hybrid_trt")
+
+
+def _make(variant: str, name: str):
+    """Returns (callable, model, x). Compilation happens on the first call."""
+    import torch
+    from examples.models import build
+    torch.set_num_threads(THREADS)
+    model, x = build(name)
+    if variant == "eager":
+        return model, model, x
+    if variant == "inductor_freezing":
+        return torch.compile(model, backend="inductor", options={"freezing": True}), model, x
+    if variant == "hybrid_trt":
+        import hybrid_trt  # noqa: F401
+        return torch.compile(model, backend="hybrid_trt", options={"num_threads": THREADS}), model, x
+    if variant == "onnxruntime_whole":
+        return _ort_whole(model, x), model, x
+    raise ValueError(variant)
+
+
+def _ort_whole(model, x):
+    import onnxruntime as ort
+    import torch
+    path = os.path.join(tempfile.mkdtemp(), "model.onnx")
+    with torch.no_grad():
+        torch.onnx.export(model, (x,), path, dynamo=True, optimize=True, verbose=False)
+    so = ort.SessionOptions()
+    so.intra_op_num_threads, so.inter_op_num_threads = THREADS, 1
+    sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    name = sess.get_inputs()[0].name
+
+    def run(inp):
+        outs = sess.run(None, {name: inp.numpy()})
+        return tuple(torch.from_numpy(o) for o in outs) if len(outs) > 1 else torch.from_numpy(outs[0])
+    return run
+
+
+def cold_compile(variant: str, name: str) -> dict:
+    """In a fresh subprocess: seconds from nothing to the first result (import excluded)."""
+    code = f"""
+import json, sys, time
+sys.path.insert(0, {ROOT!r}); sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})
+import torch, bench_models
+t0 = time.perf_counter()
+try:
+    fn, model, x = bench_models._make({variant!r}, {name!r})
+    with torch.no_grad():
+        fn(x)
+    print(json.dumps({{"seconds": time.perf_counter() - t0}}))
+except Exception as e:
+    print(json.dumps({{"error": type(e).__name__ + ": " + str(e)[:200]}}))
+"""
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=tempfile.mkdtemp(prefix="bench-inductor-"),
+               TORCHINDUCTOR_FX_GRAPH_CACHE="0", TORCHINDUCTOR_AUTOGRAD_CACHE="0")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    try:
+        return json.loads(out.stdout.strip().splitlines()[-1])
+    except Exception:
+        return {"error": (out.stderr or out.stdout).strip().splitlines()[-1][:200] if (out.stderr or out.stdout) else "?"}
+
+
+def _max_err(a, b) -> float:
+    import torch
+    a = a if isinstance(a, (tuple, list)) else (a,)
+    b = b if isinstance(b, (tuple, list)) else (b,)
+    return max(float((x.double() - y.double()).abs().max()) for x, y in zip(a, b))
+
+
+def latency(name: str, rounds: int, iters: int) -> dict:
+    import torch
+    from hybrid_trt.stitch.delegate_op import _RUNTIMES
+    torch.set_num_threads(THREADS)
+    fns, errors, results = {}, {}, {}
+    with torch.no_grad():
+        for v in VARIANTS:
+            before = set(_RUNTIMES.keys())
+            try:
+                fn, model, x = _make(v, name)
+                out = fn(x)
+                errors[v] = _max_err(out, model(x))
+                fns[v] = fn
+            except Exception as e:  # a variant that cannot run this model is reported, not hidden
+                results[v] = {"error": f"{type(e).__name__}: {str(e)[:160]}"}
+            if v == "hybrid_trt":
+                hybrid_runtimes = [_RUNTIMES[h] for h in set(_RUNTIMES.keys()) - before]
+        times = {v: [] for v in fns}
+        for _ in range(3):  # warm-up
+            for fn in fns.values():
+                fn(x)
+        for _ in range(rounds):
+            for v, fn in fns.items():
+                for _ in range(iters):
+                    t0 = time.perf_counter()
+                    fn(x)
+                    times[v].append(time.perf_counter() - t0)
+        raw = _raw_session_ms(hybrid_runtimes, rounds * iters) if "hybrid_trt" in fns else None
+    for v in fns:
+        results[v] = {"median_ms": statistics.median(times[v]) * 1e3, "max_abs_err_vs_eager": errors[v]}
+    if raw is not None:
+        results["hybrid_trt"]["raw_session_ms"] = raw["ms"]
+        results["hybrid_trt"]["partitions"] = raw["partitions"]
+    return results
+
+
+def _raw_session_ms(runtimes, n: int) -> dict:
+    """Median time of the hybrid's ONNX Runtime sessions alone, run on pre-bound inputs and outputs."""
+    import torch
+    total, parts = 0.0, 0
+    for rt in runtimes:
+        engine = getattr(rt._static_engine, "__self__", rt._static_engine)
+        session = getattr(engine, "_session", None)
+        if session is None:
+            continue
+        binding, held = _bind_fresh(engine)  # buffers held alive for the whole timing loop
+        samples = []
+        for _ in range(max(n // 2, 10)):
+            t0 = time.perf_counter()
+            session.run_with_iobinding(binding)
+            samples.append(time.perf_counter() - t0)
+        total += statistics.median(samples)
+        parts += 1
+    return {"ms": total * 1e3, "partitions": parts}
+
+
+def _bind_fresh(engine):
+    """Bind new input/output buffers of the engine's signature to its IO binding; return them to keep alive."""
+    import torch
+    from hybrid_trt.delegates.onnxruntime_delegate import _torch_dtype
+    binding, held = engine._binding, []
+    for (name, shape, _np), info in zip(engine._inputs, engine._session.get_inputs()):
+        t = torch.randn(shape).to(_torch_dtype(info.type))
+        binding.bind_input(name, "cpu", 0, _np, shape, t.data_ptr())
+        held.append(t)
+    for name, shape, dtype, np_dtype in engine._outputs:
+        t = torch.empty(shape, dtype=dtype)
+        binding.bind_output(name, "cpu", 0, np_dtype, shape, t.data_ptr())
+        held.append(t)
+    return binding, held
+
+
+def machine() -> str:
+    import onnxruntime
+    import torch
+    cpu = platform.processor() or "?"
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return (f"{cpu}, {os.cpu_count()} logical cores, {platform.system()} {platform.machine()}, Python "
+            f"{platform.python_version()}, torch {torch.__version__}, onnxruntime {onnxruntime.__version__}, "
+            f"{THREADS} threads")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--models", default="resnet18,detector,transformer")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--skip-cold", action="store_true")
+    ap.add_argument("--out", default=None, help="write the markdown table here too")
+    args = ap.parse_args()
+    lines = [f"Machine: {machine()}", ""]
+    for name in args.models.split(","):
+        print(f"[bench] {name}: latency ...", file=sys.stderr, flush=True)
+        lat = latency(name, args.rounds, args.iters)
+        cold = {}
+        if not args.skip_cold:
+            for v in VARIANTS:
+                print(f"[bench] {name}: cold compile {v} ...", file=sys.stderr, flush=True)
+                cold[v] = cold_compile(v, name)
+        lines += _table(name, lat, cold)
+    text = "\n".join(lines)
+    print(text)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text + "\n")
+
+
+def _table(name, lat, cold) -> list:
+    ort = lat.get("onnxruntime_whole", {}).get("median_ms")
+    ind = lat.get("inductor_freezing", {}).get("median_ms")
+    eag = lat.get("eager", {}).get("median_ms")
+    ind_cold = cold.get("inductor_freezing", {}).get("seconds")
+    rows = [f"### {name}", "",
+            "| variant | median ms | vs eager | vs Inductor (freezing) | vs ORT whole | cold compile s | "
+            "cold vs Inductor | max abs err |",
+            "|---|---|---|---|---|---|---|---|"]
+    for v in VARIANTS:
+        r = lat.get(v, {})
+        if "median_ms" not in r:
+            rows.append(f"| {v} | {r.get('error', 'n/a')} | | | | | | |")
+            continue
+        m = r["median_ms"]
+        c = cold.get(v, {})
+        cs = f"{c['seconds']:.1f}" if "seconds" in c else c.get("error", "-")
+        cr = f"{c['seconds'] / ind_cold:.2f}" if "seconds" in c and ind_cold else "-"
+        rows.append(f"| {v} | {m:.2f} | {m / eag:.2f} | {m / ind:.2f} | " + (f"{m / ort:.2f}" if ort else "-")
+                    + f" | {cs} | {cr} | {r['max_abs_err_vs_eager']:.1e} |" if ind else
+                    f"| {v} | {m:.2f} | {m / eag:.2f} | - | - | {cs} | {cr} | {r['max_abs_err_vs_eager']:.1e} |")
+    h = lat.get("hybrid_trt", {})
+    if "raw_session_ms" in h and h.get("partitions"):
+        overhead = (h["median_ms"] - h["raw_session_ms"]) / h["partitions"]
+        rows += ["", f"hybrid_trt: {h['partitions']} delegated partition(s); raw session time "
+                 f"{h['raw_session_ms']:.2f} ms; added per-call cost {overhead:.3f} ms per partition."]
+    return rows + [""]
+
+
+if __name__ == "__main__":
+    main()

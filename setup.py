@@ -1,0 +1,20 @@
+from setuptools import find_packages, setup
+
+setup(
+    name="hybrid_trt",
+    version="0.1.0",
+    description="TorchDynamo backend: delegate what TensorRT / ONNX Runtime support, compile the rest with "
+                "Inductor, stitched into one callable",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    packages=find_packages(include=["hybrid_trt", "hybrid_trt.*"]),
+    python_requires=">=3.10",
+    # torch 2.11 .. 2.14; torch is not pinned further so an installed build (CPU or CUDA) is kept as it is.
+    install_requires=["torch>=2.11,<2.15", "numpy", "onnx>=1.16"],
+    extras_require={
+        "onnx": ["onnxruntime>=1.20"],
+        "gpu": ["onnxruntime-gpu>=1.20", "tensorrt>=10", "triton>=3.3"],
+        "test": ["pytest>=8", "onnxruntime>=1.20", "triton>=3.3"],
+    },
+    entry_points={"torch_dynamo_backends": ["hybrid_trt = hybrid_trt.backend:hybrid_trt_backend"]},
+)
