@@ -28,6 +28,13 @@ class Options:
     onnxruntime_provider: str = "auto"
     tensorrt_workspace_bytes: int = 1 << 30
 
+    def __post_init__(self):
+        # Constructed directly (hybrid_trt.Options(...)) values are validated and normalised like dict options.
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value is not f.default and not (type(value) is type(f.default) and value == f.default):
+                object.__setattr__(self, f.name, _convert(f.name, value))
+
     def resolved_delegates(self) -> tuple[str, ...]:
         from .delegates import available_delegates
         return self.delegates if self.delegates is not None else available_delegates()
@@ -143,7 +150,10 @@ def from_env(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
 
 def make_options(options: Mapping[str, Any] | Options | None = None,
                  environ: Mapping[str, str] | None = None) -> Options:
+    from .delegates import get_delegate
     if isinstance(options, Options):
+        for name in options.resolved_delegates():
+            get_delegate(name).validate(options)
         return options
     if options is not None and not isinstance(options, Mapping):
         raise ValueError(f"hybrid_trt options must be a dict or hybrid_trt.Options, got {type(options).__name__}")
@@ -152,7 +162,6 @@ def make_options(options: Mapping[str, Any] | Options | None = None,
     if unknown:
         raise ValueError(f"unknown hybrid_trt option(s) {unknown}; valid options: {valid_keys()}")
     opts = Options(**{k: _convert(k, v) for k, v in merged.items()})
-    from .delegates import get_delegate
     for name in opts.resolved_delegates():
         get_delegate(name).validate(opts)
     return opts

@@ -1,0 +1,164 @@
+"""The options object: validation (unknown keys, bad values), environment variables, immutability, and the
+errors the backend raises for arguments it does not take."""
+import dataclasses
+
+import pytest
+import torch
+
+import hybrid_trt
+from hybrid_trt import Options, make_options, valid_keys
+from hybrid_trt.backend import hybrid_trt_backend
+
+
+def _assert_lists_valid_keys(message):
+    for key in valid_keys():
+        assert key in message, f"valid key {key!r} not listed in: {message}"
+
+
+def test_defaults():
+    opts = make_options(environ={})
+    assert opts == Options()
+    assert opts.min_block_size == 3 and opts.strict is False and opts.precision == "fp32"
+    assert opts.resolved_delegates() == ("onnxruntime",)  # the CPU machine: TensorRT is unavailable
+
+
+def test_unknown_key_names_it_and_lists_valid_keys():
+    with pytest.raises(ValueError) as info:
+        make_options({"min_blok_size": 2}, environ={})
+    assert "min_blok_size" in str(info.value)
+    _assert_lists_valid_keys(str(info.value))
+
+
+@pytest.mark.parametrize("key,value,expected_hint", [
+    ("min_block_size", 0, "int >= 1"),
+    ("min_block_size", "three", "int >= 1"),
+    ("min_block_size", True, "int >= 1"),
+    ("min_block_size", 2.5, "int >= 1"),
+    ("max_engines_per_partition", -1, "int >= 1"),
+    ("num_threads", 0, "int >= 1 or None"),
+    ("precision", "int4", "fp32"),
+    ("strict", "maybe", "bool"),
+    ("print_report", 2, "bool"),
+    ("onnxruntime_provider", "rocm", "cpu"),
+    ("force_inductor_ops", 5, "aten.convolution"),
+    ("delegates", 7, "delegate names"),
+])
+def test_bad_value_names_key_and_what_is_valid(key, value, expected_hint):
+    with pytest.raises(ValueError) as info:
+        make_options({key: value}, environ={})
+    message = str(info.value)
+    assert repr(key) in message and expected_hint in message, message
+
+
+def test_unknown_delegate_lists_valid_delegates():
+    with pytest.raises(ValueError) as info:
+        make_options({"delegates": ["nope"]}, environ={})
+    message = str(info.value)
+    assert "'delegates'" in message and "'nope'" in message
+    assert "onnxruntime" in message and "tensorrt" in message
+
+
+def test_empty_or_duplicate_delegates_raise():
+    with pytest.raises(ValueError, match="delegates"):
+        make_options({"delegates": []}, environ={})
+    with pytest.raises(ValueError, match="delegates"):
+        make_options({"delegates": ["onnxruntime", "onnxruntime"]}, environ={})
+
+
+def test_unavailable_delegate_raises_with_reason():
+    with pytest.raises(ValueError, match="'tensorrt' is not usable here"):
+        make_options({"delegates": ["tensorrt"]}, environ={})
+
+
+def test_fp16_with_onnxruntime_raises():
+    with pytest.raises(ValueError, match="precision"):
+        make_options({"precision": "fp16"}, environ={})
+    with pytest.raises(ValueError, match="precision"):
+        make_options({"precision": "fp16", "delegates": ["onnxruntime"]}, environ={})
+
+
+def test_values_are_normalised():
+    opts = make_options({"delegates": ["onnxruntime"], "force_inductor_ops": ["aten.convolution"],
+                         "min_block_size": "2", "strict": "yes", "num_threads": None}, environ={})
+    assert opts.delegates == ("onnxruntime",)
+    assert opts.force_inductor_ops == frozenset({"aten.convolution"})
+    assert opts.min_block_size == 2 and opts.strict is True and opts.num_threads is None
+
+
+def test_environment_variables():
+    env = {"HYBRID_TRT_MIN_BLOCK_SIZE": "5", "HYBRID_TRT_STRICT": "true", "HYBRID_TRT_DELEGATES": "onnxruntime",
+           "HYBRID_TRT_FORCE_INDUCTOR_OPS": "aten.convolution, aten.relu", "HYBRID_TRT_NUM_THREADS": "none",
+           "HYBRID_TRT_MAX_ENGINES_PER_PARTITION": "4", "UNRELATED": "x"}
+    opts = make_options(environ=env)
+    assert opts.min_block_size == 5 and opts.strict is True and opts.delegates == ("onnxruntime",)
+    assert opts.force_inductor_ops == frozenset({"aten.convolution", "aten.relu"})
+    assert opts.num_threads is None and opts.max_engines_per_partition == 4
+    # Explicit options win over the environment.
+    assert make_options({"min_block_size": 2}, environ=env).min_block_size == 2
+
+
+def test_environment_read_from_os_environ(monkeypatch):
+    monkeypatch.setenv("HYBRID_TRT_MIN_BLOCK_SIZE", "7")
+    assert make_options().min_block_size == 7
+
+
+def test_bad_environment_value_names_key():
+    with pytest.raises(ValueError, match="'min_block_size'"):
+        make_options(environ={"HYBRID_TRT_MIN_BLOCK_SIZE": "zero"})
+
+
+def test_unknown_environment_variable_raises():
+    with pytest.raises(ValueError) as info:
+        make_options(environ={"HYBRID_TRT_MIN_BLOCKSIZE": "3"})
+    message = str(info.value)
+    assert "HYBRID_TRT_MIN_BLOCKSIZE" in message and "HYBRID_TRT_MIN_BLOCK_SIZE" in message
+
+
+def test_options_are_immutable():
+    opts = make_options({"force_inductor_ops": ["aten.relu"]}, environ={})
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        opts.min_block_size = 1
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        opts.strict = True
+    assert isinstance(opts.force_inductor_ops, frozenset)
+    hash(opts)  # usable as a cache key
+
+
+def test_options_object_is_validated_too():
+    assert Options(min_block_size="4").min_block_size == 4
+    with pytest.raises(ValueError, match="'min_block_size'"):
+        Options(min_block_size=0)
+    with pytest.raises(ValueError, match="'delegates'"):
+        Options(delegates=("nope",))
+    with pytest.raises(ValueError, match="precision"):
+        make_options(Options(precision="fp16"))
+    opts = Options(min_block_size=2)
+    assert make_options(opts) is opts
+
+
+def test_non_mapping_options_raise():
+    with pytest.raises(ValueError, match="dict"):
+        make_options([("min_block_size", 2)], environ={})
+
+
+def test_backend_rejects_mode_argument():
+    gm = torch.fx.symbolic_trace(torch.nn.ReLU())
+    with pytest.raises(ValueError, match="mode"):
+        hybrid_trt_backend(gm, [torch.randn(2)], mode="max-autotune")
+
+
+def test_torch_compile_with_mode_raises():
+    compiled = torch.compile(torch.nn.ReLU(), backend="hybrid_trt", mode="max-autotune")
+    with pytest.raises(Exception) as info:
+        compiled(torch.randn(3))
+    chain, e = [], info.value
+    while e is not None:
+        chain.append(e)
+        e = e.__cause__ or e.__context__
+    assert any(isinstance(x, ValueError) and "mode" in str(x) for x in chain), repr(info.value)
+
+
+def test_torch_compile_with_bad_options_raises():
+    compiled = torch.compile(torch.nn.ReLU(), backend="hybrid_trt", options={"delegates": ["nope"]})
+    with pytest.raises(Exception, match="nope"):
+        compiled(torch.randn(3))
