@@ -16,7 +16,7 @@ from .capture import capture_decompositions, needs_gradients, weight_input_indic
 from .log import logger
 from .options import Options, make_options
 from .partitioner import partition_graph
-from .partitioner.capability import op_name
+from .partitioner.capability import NodeKind, classify, op_name
 from .partitioner.extract import extract
 from .report import CompileReport, InductorOp, PartitionReport, new_report
 from .stitch.runtime import DelegateBuildError, PartitionRuntime
@@ -85,7 +85,7 @@ def _hybrid_graph(gm: fx.GraphModule, aot_inputs, weights: dict, n_dynamo_inputs
         symbolic = bool(ex.size_inputs) or any(_is_symbolic(m) for m in in_metas + out_metas)
         preport = PartitionReport(
             index=k, delegate=part.delegate, op_count=part.op_count,
-            ops=dict(Counter(op_name(n) for n in part.nodes if n.op == "call_function")),
+            ops=dict(Counter(op_name(n) for n in part.nodes if classify(n) is NodeKind.OP)),
             input_shapes=[_shape(m) for m in in_metas], output_shapes=[_shape(m) for m in out_metas])
         report.partitions.append(preport)
         device = _device_of(in_metas, ex, constants)
