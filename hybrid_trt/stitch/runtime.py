@@ -150,6 +150,7 @@ class PartitionRuntime:
             except Exception as e:
                 if self.options.strict:
                     raise
+                self.report.status = "fell back to Inductor"  # the partition's only engine is gone
                 self._fall_back(f"first call failed: {e}")
                 runner = self._inductor_runner()
                 self._static_engine = lambda ins: runner(ins, ())

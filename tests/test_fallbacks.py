@@ -1,0 +1,167 @@
+"""Failures complete through Inductor (lowering, build, first call), with a warning naming the partition and
+the error and the report saying so; strict raises instead. Also the reasons a graph or op stays with Inductor:
+gradients, force_inductor_ops, min_block_size."""
+import dataclasses
+import logging
+
+import pytest
+import torch
+import torch.nn as nn
+
+import hybrid_trt
+from hybrid_trt.delegates.onnxruntime_delegate import OnnxRuntimeDelegate, OnnxRuntimeEngine
+from hybrid_trt.lowerings.registry import _LOWERINGS
+
+from _helpers import assert_close
+
+aten = torch.ops.aten
+
+
+class Small(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.bn = nn.BatchNorm2d(4)
+        self.fc = nn.Linear(4, 5)
+
+    def forward(self, x):
+        y = torch.relu(self.bn(self.conv(x)))
+        return self.fc(y.mean(dim=(2, 3))).sigmoid()
+
+
+def _model():
+    return Small().eval(), torch.randn(2, 3, 8, 8)
+
+
+def _warnings(caplog):
+    return [r.getMessage() for r in caplog.records if r.name == "hybrid_trt" and r.levelno >= logging.WARNING]
+
+
+def _run(options):
+    model, x = _model()
+    with torch.no_grad():
+        expected = model(x)
+        compiled = torch.compile(model, backend="hybrid_trt", options=options)
+        out = compiled(x)
+        again = compiled(x)
+    return expected, out, again, hybrid_trt.last_report()
+
+
+def _raise_lowering(monkeypatch, target, message):
+    def broken(ctx, node):
+        raise RuntimeError(message)
+    monkeypatch.setitem(_LOWERINGS, target, dataclasses.replace(_LOWERINGS[target], fn=broken))
+
+
+def _cause_chain(e):
+    out = []
+    while e is not None:
+        out.append(e)
+        e = e.__cause__ or e.__context__
+    return out
+
+
+def _assert_fell_back(report, caplog, error_text):
+    assert len(report.partitions) == 1, report.table()
+    part = report.partitions[0]
+    assert "fell back" in part.status and any("fell back" in e and error_text in e for e in part.events), \
+        (part.status, part.events)
+    assert "fell back" in report.table()
+    warnings = _warnings(caplog)
+    assert any("partition 0" in w and error_text in w for w in warnings), warnings
+
+
+def test_lowering_failure_falls_back(monkeypatch, hybrid_logs):
+    _raise_lowering(monkeypatch, aten.relu.default, "injected lowering bug")
+    expected, out, again, report = _run({"min_block_size": 1})
+    assert_close(out, expected)
+    assert_close(again, expected)
+    _assert_fell_back(report, hybrid_logs, "injected lowering bug")
+    assert any(op.reason.startswith("build failed") for op in report.inductor_ops), report.table()
+    assert report.delegated_op_count == 0
+
+
+def test_lowering_failure_strict_raises(monkeypatch):
+    _raise_lowering(monkeypatch, aten.relu.default, "injected lowering bug")
+    model, x = _model()
+    compiled = torch.compile(model, backend="hybrid_trt", options={"strict": True})
+    with pytest.raises(Exception) as info, torch.no_grad():
+        compiled(x)
+    assert any("injected lowering bug" in str(e) for e in _cause_chain(info.value))
+
+
+def _broken_build(self, model, output_metas, device, options):
+    raise RuntimeError("injected build failure")
+
+
+def test_build_failure_falls_back(monkeypatch, hybrid_logs):
+    monkeypatch.setattr(OnnxRuntimeDelegate, "build", _broken_build)
+    expected, out, again, report = _run(None)
+    assert_close(out, expected)
+    assert_close(again, expected)
+    _assert_fell_back(report, hybrid_logs, "injected build failure")
+
+
+def test_build_failure_strict_raises(monkeypatch):
+    monkeypatch.setattr(OnnxRuntimeDelegate, "build", _broken_build)
+    model, x = _model()
+    compiled = torch.compile(model, backend="hybrid_trt", options={"strict": True})
+    with pytest.raises(Exception) as info, torch.no_grad():
+        compiled(x)
+    assert any("injected build failure" in str(e) for e in _cause_chain(info.value))
+
+
+def _broken_call(self, inputs):
+    raise RuntimeError("injected run failure")
+
+
+def test_first_call_failure_falls_back(monkeypatch, hybrid_logs):
+    monkeypatch.setattr(OnnxRuntimeEngine, "__call__", _broken_call)
+    expected, out, again, report = _run(None)
+    assert_close(out, expected)
+    assert_close(again, expected)
+    _assert_fell_back(report, hybrid_logs, "injected run failure")
+    assert sum("injected run failure" in w for w in _warnings(hybrid_logs)) == 1  # once, not per call
+
+
+def test_first_call_failure_strict_raises(monkeypatch):
+    monkeypatch.setattr(OnnxRuntimeEngine, "__call__", _broken_call)
+    model, x = _model()
+    compiled = torch.compile(model, backend="hybrid_trt", options={"strict": True})
+    with pytest.raises(Exception) as info, torch.no_grad():
+        compiled(x)
+    assert any("injected run failure" in str(e) for e in _cause_chain(info.value))
+
+
+def test_graph_needing_gradients_goes_to_inductor():
+    model, x = _model()
+    model.train(False)
+    x = x.requires_grad_()
+    expected = model(x)
+    compiled = torch.compile(model, backend="hybrid_trt")
+    out = compiled(x)
+    report = hybrid_trt.last_report()
+    assert_close(out, expected.detach())
+    assert report.whole_graph_reason and "gradients" in report.whole_graph_reason
+    assert report.partitions == []
+    assert "whole graph to Inductor" in report.table()
+    out.sum().backward()  # the Inductor-compiled graph is differentiable
+    assert x.grad is not None and x.grad.shape == x.shape
+
+
+def test_force_inductor_ops_keeps_convolutions_in_inductor():
+    expected, out, again, report = _run({"force_inductor_ops": ["aten.convolution"], "min_block_size": 1})
+    assert_close(out, expected)
+    convs = [op for op in report.inductor_ops if op.op == "aten.convolution.default"]
+    assert len(convs) == 1 and "force_inductor_ops" in convs[0].reason, report.table()
+    assert all("aten.convolution.default" not in p.ops for p in report.partitions)
+    assert report.delegated_op_count > 0  # the rest is still delegated
+
+
+def test_min_block_size_reason():
+    expected, out, again, report = _run({"min_block_size": 50})
+    assert_close(out, expected)
+    assert report.partitions == []
+    assert report.inductor_ops and all("min_block_size=50" in op.reason for op in report.inductor_ops), \
+        report.table()
