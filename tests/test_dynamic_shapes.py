@@ -1,0 +1,96 @@
+"""Symbolic shapes: dynamic=True and Dynamo's automatic dynamic shapes. Engines are built lazily per concrete
+shape, a seen shape reuses its engine, and past max_engines_per_partition new shapes run through Inductor."""
+import logging
+
+import torch
+import torch.nn as nn
+
+import hybrid_trt
+from examples.models import build
+
+from _helpers import assert_close
+
+
+class ConvNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = nn.BatchNorm2d(8)
+        self.conv2 = nn.Conv2d(8, 4, 3, stride=2, padding=1)
+
+    def forward(self, x):
+        y = self.conv2(torch.relu(self.bn(self.conv1(x))))
+        b = y.shape[0]
+        return torch.softmax(y.reshape(b, -1), dim=-1)
+
+
+def _engines(report):
+    return [len(p.engines) for p in report.partitions]
+
+
+def _check(compiled, model, x):
+    with torch.no_grad():
+        assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-5, what=f"batch {x.shape[0]}")
+
+
+def test_dynamic_true_builds_engines_lazily_per_shape():
+    model = ConvNet().eval()
+    compiled = torch.compile(model, backend="hybrid_trt", dynamic=True)
+    _check(compiled, model, torch.randn(2, 3, 8, 8))
+    report = hybrid_trt.last_report()
+    assert len(report.partitions) == 1 and report.partitions[0].status == "delegated", report.table()
+    part = report.partitions[0]
+    assert any(isinstance(d, str) for d in part.input_shapes[0]), part.input_shapes  # symbolic batch
+    assert _engines(report) == [1]
+    _check(compiled, model, torch.randn(3, 3, 8, 8))
+    assert _engines(report) == [2]
+    _check(compiled, model, torch.randn(5, 3, 8, 8))
+    assert _engines(report) == [3]
+    _check(compiled, model, torch.randn(3, 3, 8, 8))  # seen shape: no new build
+    _check(compiled, model, torch.randn(2, 3, 8, 8))
+    assert _engines(report) == [3]
+    assert [e.signature.split(",")[0].split(" ")[0] for e in part.engines] == ["2x3x8x8", "3x3x8x8", "5x3x8x8"]
+    assert hybrid_trt.last_report() is report  # no recompilation
+
+
+def test_automatic_dynamic_shapes():
+    model, x = build("transformer", small=True)
+    compiled = torch.compile(model, backend="hybrid_trt")
+    n_before = len(hybrid_trt.reports())
+    _check(compiled, model, x)  # static graph, engine built at compile time
+    static = hybrid_trt.last_report()
+    assert _engines(static) == [1] and static.partitions[0].input_shapes == [[2, 16, 32]]
+    _check(compiled, model, torch.randn(3, 16, 32))  # second distinct shape: Dynamo recompiles symbolically
+    dynamic = hybrid_trt.last_report()
+    assert dynamic is not static and len(hybrid_trt.reports()) == n_before + 2
+    assert len(dynamic.partitions) == 1 and dynamic.partitions[0].status == "delegated", dynamic.table()
+    assert any(isinstance(d, str) for d in dynamic.partitions[0].input_shapes[0])
+    assert _engines(dynamic) == [1]
+    _check(compiled, model, torch.randn(4, 16, 32))  # third shape: same graph, one more engine
+    assert hybrid_trt.last_report() is dynamic and _engines(dynamic) == [2]
+    _check(compiled, model, torch.randn(3, 16, 32))
+    assert _engines(dynamic) == [2]
+    _check(compiled, model, x)  # the original shape still runs (static graph or a dynamic engine)
+    assert _engines(static) == [1]
+
+
+def test_engine_bound_routes_new_shapes_through_inductor(caplog):
+    caplog.set_level(logging.WARNING, logger="hybrid_trt")
+    model = ConvNet().eval()
+    compiled = torch.compile(model, backend="hybrid_trt", dynamic=True,
+                             options={"max_engines_per_partition": 2})
+    _check(compiled, model, torch.randn(2, 3, 8, 8))  # (batch 1 would be specialised by Dynamo)
+    _check(compiled, model, torch.randn(3, 3, 8, 8))
+    report = hybrid_trt.last_report()
+    part = report.partitions[0]
+    assert _engines(report) == [2] and part.events == []
+    _check(compiled, model, torch.randn(4, 3, 8, 8))  # past the bound: Inductor, output still correct
+    assert _engines(report) == [2]
+    assert len(part.events) == 1 and "engine bound 2 reached" in part.events[0] and "4x3x8x8" in part.events[0]
+    assert "Inductor" in part.events[0] and "engine bound 2 reached" in report.table()
+    assert any("max_engines_per_partition=2" in r.getMessage() for r in caplog.records)
+    _check(compiled, model, torch.randn(4, 3, 8, 8))  # repeated: no new event, no build
+    _check(compiled, model, torch.randn(2, 3, 8, 8))  # an engine shape still uses its engine
+    assert _engines(report) == [2] and len(part.events) == 1
+    assert part.status == "delegated"
