@@ -1,10 +1,15 @@
 """3D sparse convolution for point-cloud models (SECOND / CenterPoint style).
 
-Importing this package registers the ``hybrid_trt::sparse_*`` custom ops.
+Importing this package registers the ``hybrid_trt::sparse_*`` custom ops,
+their ONNX lowerings (domain ``hybrid_trt.sparse``, TensorRT delegate only)
+and, when TensorRT is installed, the TensorRT plugins that run those nodes.
 See docs/sparse.md for the API, weight layout and rulebook format.
 """
 
-from . import ops
+import importlib.util
+import logging
+
+from . import lowering, ops
 from .modules import (
     Rulebook,
     SparseConv3d,
@@ -12,7 +17,13 @@ from .modules import (
     SparseInverseConv3d,
     SparseSequential,
     SubMConv3d,
+    batch_norm_features,
 )
+
+if importlib.util.find_spec("tensorrt") is not None:
+    from . import trt_plugin  # noqa: F401
+else:
+    logging.getLogger("hybrid_trt").debug("tensorrt not installed: sparse TensorRT plugins not registered")
 
 __all__ = [
     "ops",
@@ -22,4 +33,5 @@ __all__ = [
     "SparseInverseConv3d",
     "SparseSequential",
     "SubMConv3d",
+    "batch_norm_features",
 ]

@@ -80,10 +80,13 @@ def _transpose_kernel(nbr_ptr, nbr_t_ptr, total, K: tl.constexpr, BLOCK: tl.cons
     tl.store(nbr_t_ptr + i * K + k, m, mask=mask & (i >= 0))
 
 
+# Parameter order is (input pointers, scalars, output pointer): the calling
+# convention TensorRT's AOT plugins launch with (see trt_plugin.py).
 @triton.jit
 def _implicit_gemm_kernel(
-    feat_ptr, w_ptr, nbr_ptr, bias_ptr, out_ptr,
+    feat_ptr, w_ptr, nbr_ptr, bias_ptr,
     M, CIN, COUT,
+    out_ptr,
     K: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     PRECISION: tl.constexpr,
@@ -187,6 +190,39 @@ def gemm_config(m: int, c_in: int, c_out: int) -> dict:
     return dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=4 if block_n <= 64 else 8, num_stages=2)
 
 
+def weight_kcc(weight: torch.Tensor) -> torch.Tensor:
+    """spconv ``[Cout, kD, kH, kW, Cin]`` -> ``[K, Cin, Cout]``, so each W[k]
+    tile is a row-major B operand of the GEMM."""
+    c_out, c_in = weight.shape[0], weight.shape[-1]
+    return weight.reshape(c_out, -1, c_in).permute(1, 2, 0).contiguous()
+
+
+def conv_compute_kcc(
+    features: torch.Tensor,
+    w_kcc: torch.Tensor,
+    nbr: torch.Tensor,
+    bias: torch.Tensor | None,
+    out: torch.Tensor,
+    allow_tf32: bool = False,
+) -> torch.Tensor:
+    """Implicit GEMM into ``out`` with an already transposed weight."""
+    M, K = nbr.shape
+    _, c_in, c_out = w_kcc.shape
+    if M == 0:
+        return out
+    cfg = gemm_config(M, c_in, c_out)
+    grid = (triton.cdiv(M, cfg["BLOCK_M"]), triton.cdiv(c_out, cfg["BLOCK_N"]))
+    precision = "tf32" if (allow_tf32 and features.dtype == torch.float32) else "ieee"
+    _implicit_gemm_kernel[grid](
+        features.contiguous(), w_kcc, nbr.contiguous(), bias if bias is not None else w_kcc,
+        M, c_in, c_out,
+        out,
+        K=K, HAS_BIAS=bias is not None, PRECISION=precision,
+        **cfg,
+    )
+    return out
+
+
 def conv_compute(
     features: torch.Tensor,
     weight: torch.Tensor,
@@ -194,21 +230,7 @@ def conv_compute(
     bias: torch.Tensor | None,
     allow_tf32: bool = False,
 ) -> torch.Tensor:
-    M, K = nbr.shape
-    c_out, c_in = weight.shape[0], weight.shape[-1]
-    out = torch.empty((M, c_out), dtype=features.dtype, device=features.device)
-    if M == 0:
-        return out
-    # [Cout, k..., Cin] -> [K, Cin, Cout] so each W[k] tile is a row-major B operand.
-    w = weight.reshape(c_out, K, c_in).permute(1, 2, 0).contiguous().to(features.dtype)
-    feats = features.contiguous()
-    cfg = gemm_config(M, c_in, c_out)
-    grid = (triton.cdiv(M, cfg["BLOCK_M"]), triton.cdiv(c_out, cfg["BLOCK_N"]))
-    precision = "tf32" if (allow_tf32 and features.dtype == torch.float32) else "ieee"
-    _implicit_gemm_kernel[grid](
-        feats, w, nbr.contiguous(), bias if bias is not None else w, out,
-        M, c_in, c_out,
-        K=K, HAS_BIAS=bias is not None, PRECISION=precision,
-        **cfg,
-    )
-    return out
+    out = torch.empty((nbr.shape[0], weight.shape[0]), dtype=features.dtype, device=features.device)
+    w = weight_kcc(weight.to(features.dtype))
+    b = None if bias is None else bias.to(features.dtype).contiguous()
+    return conv_compute_kcc(features, w, nbr, b, out, allow_tf32)

@@ -1,0 +1,69 @@
+"""Ahead-of-time compilation of the implicit-GEMM kernel to PTX, for the
+TensorRT plugin's ``aot_impl``. Needs Triton but neither TensorRT nor a GPU
+(Triton's NVIDIA backend compiles for a named target), so it is tested on CPU.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+_TYPES = {"fp32": "*fp32", "fp16": "*fp16"}
+
+
+@dataclasses.dataclass(frozen=True)
+class AotKernel:
+    name: str
+    ptx: str
+    block_m: int
+    block_n: int
+    num_warps: int
+    shared_mem: int
+
+
+def gemm_tiles(c_in: int, c_out: int) -> dict:
+    # Same choice as the JIT launcher, so AOT and JIT kernels behave alike.
+    from .triton_kernels import gemm_config
+
+    cfg = gemm_config(1 << 20, c_in, c_out)
+    cfg.setdefault("num_warps", 4)
+    cfg.setdefault("num_stages", 2)
+    return cfg
+
+
+def compile_conv_kernel(dtype: str, kernel_volume: int, c_in: int, c_out: int, capability: int = 90) -> AotKernel:
+    """PTX of the implicit-GEMM kernel for one dtype / kernel volume / channel
+    count. ``capability`` is the SM version, e.g. 90 for Hopper."""
+    if dtype not in _TYPES:
+        raise ValueError(f"AOT sparse conv supports {sorted(_TYPES)}, got {dtype!r}")
+    import triton
+    from triton.backends.compiler import GPUTarget
+
+    from .triton_kernels import _implicit_gemm_kernel
+
+    cfg = gemm_tiles(c_in, c_out)
+    ptr = _TYPES[dtype]
+    signature = {
+        "feat_ptr": ptr, "w_ptr": ptr, "nbr_ptr": "*i32", "bias_ptr": ptr,
+        "M": "i32", "CIN": "i32", "COUT": "i32",
+        "out_ptr": ptr,
+    }
+    constexprs = {
+        "K": kernel_volume, "HAS_BIAS": True, "PRECISION": "ieee",
+        "BLOCK_M": cfg["BLOCK_M"], "BLOCK_N": cfg["BLOCK_N"], "BLOCK_K": cfg["BLOCK_K"],
+    }
+    signature.update({k: "constexpr" for k in constexprs})
+    # Index-tuple keys work on every Triton 3.x; name keys only on newer ones.
+    by_index = {(_implicit_gemm_kernel.arg_names.index(k),): v for k, v in constexprs.items()}
+    src = triton.compiler.ASTSource(fn=_implicit_gemm_kernel, signature=signature, constexprs=by_index)
+    compiled = triton.compile(
+        src,
+        target=GPUTarget("cuda", capability, 32),
+        options={"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]},
+    )
+    meta = compiled.metadata
+    # TensorRT passes only (inputs, scalars, outputs); Triton's hidden scratch
+    # parameters must then be unused.
+    for field in ("global_scratch_size", "profile_scratch_size"):
+        if getattr(meta, field, 0):
+            raise RuntimeError(f"sparse conv kernel needs Triton {field}={getattr(meta, field)}; cannot run as a TensorRT AOT plugin")
+    return AotKernel(meta.name, compiled.asm["ptx"], cfg["BLOCK_M"], cfg["BLOCK_N"], meta.num_warps, meta.shared)
