@@ -4,14 +4,28 @@ and compiles the rest with TorchInductor, stitched into one callable.
     import hybrid_trt
     compiled = torch.compile(model, backend="hybrid_trt", options={"min_block_size": 3})
 """
-from torch._dynamo.backends.registry import register_backend as _register_backend, _COMPILER_FNS
+from torch._dynamo.backends import registry as _dynamo_registry
 
 from .backend import hybrid_trt_backend
 from .options import Options, make_options, valid_keys
 from .report import CompileReport, last_report, reports
 
-if "hybrid_trt" not in _COMPILER_FNS:
-    _register_backend(hybrid_trt_backend, name="hybrid_trt")
+
+def _register() -> None:
+    """Register the name for ``torch.compile`` after ``import hybrid_trt``.
+
+    Without the import, torch finds the name through the ``torch_dynamo_backends`` entry point: it records the
+    entry point, loads it (which imports this package) and then registers the loaded function itself, raising on
+    a duplicate. So when torch already holds a pending entry point for the name, leave registering to it.
+    """
+    if "hybrid_trt" in _dynamo_registry._COMPILER_FNS:
+        return
+    if getattr(_dynamo_registry, "_BACKENDS", {}).get("hybrid_trt") is not None:
+        return  # entry point discovered by torch; lookup_backend registers it
+    _dynamo_registry.register_backend(hybrid_trt_backend, name="hybrid_trt")
+
+
+_register()
 
 __all__ = ["hybrid_trt_backend", "Options", "make_options", "valid_keys", "CompileReport", "reports",
            "last_report"]
