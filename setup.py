@@ -15,6 +15,8 @@ setup(
         "onnx": ["onnxruntime>=1.20"],
         "gpu": ["onnxruntime-gpu>=1.20", "tensorrt>=10", "triton>=3.3"],
         "test": ["pytest>=8", "onnxruntime>=1.20", "triton>=3.3"],
+        # the benchmark exports whole models with torch.onnx (dynamo exporter) for the ONNX Runtime baseline
+        "bench": ["onnxruntime>=1.20", "onnxscript"],
     },
     entry_points={"torch_dynamo_backends": ["hybrid_trt = hybrid_trt.backend:hybrid_trt_backend"]},
 )
