@@ -80,5 +80,39 @@ def check(device: str) -> int:
     return failures
 
 
+def check_modules_on(device: str) -> int:
+    """The dispatcher routes the ops to the Triton kernels on CUDA; a small
+    U-Net must give the CPU result for fp32 and fp16."""
+    from hybrid_trt.plugins.sparse import (
+        SparseConv3d, SparseConvTensor, SparseInverseConv3d, SparseSequential, SubMConv3d,
+    )
+
+    torch.manual_seed(0)
+    net = SparseSequential(
+        SubMConv3d(4, 32, 3, indice_key="s0"), torch.nn.ReLU(),
+        SparseConv3d(32, 64, 3, stride=2, padding=1, indice_key="d"), torch.nn.ReLU(),
+        SubMConv3d(64, 64, 3, indice_key="s1"),
+        SparseInverseConv3d(64, 16, 3, indice_key="d"),
+    ).eval()
+    feats, indices = random_cloud(2, (16, 40, 40), 0.05, 4, seed=12)
+    failures = 0
+    with torch.no_grad():
+        want = net(SparseConvTensor(feats, indices, (16, 40, 40), 2)).features
+        for dtype, tol in ((torch.float32, 1e-4), (torch.float16, 3e-2)):
+            net_d = net.to(device=device, dtype=dtype)
+            got = net_d(SparseConvTensor(feats.to(device, dtype), indices.to(device), (16, 40, 40), 2)).features
+            err = (got.float().cpu() - want).abs().max().item()
+            ok = err <= tol * (1 + want.abs().max().item())
+            failures += not ok
+            print(f"{device} modules {dtype} N={indices.shape[0]} max_err={err:.3g} ok={ok}")
+        net.float().cpu()
+    return failures
+
+
 if __name__ == "__main__":
-    sys.exit(1 if check(sys.argv[1] if len(sys.argv) > 1 else "cpu") else 0)
+    device = sys.argv[1] if len(sys.argv) > 1 else "cpu"
+    failures = check(device)
+    if device != "cpu":
+        failures += check_modules_on(device)
+    print("TOTAL FAILURES", failures)
+    sys.exit(1 if failures else 0)

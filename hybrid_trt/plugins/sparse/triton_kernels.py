@@ -81,12 +81,15 @@ def _transpose_kernel(nbr_ptr, nbr_t_ptr, total, K: tl.constexpr, BLOCK: tl.cons
 
 
 # Parameter order is (input pointers, scalars, output pointer): the calling
-# convention TensorRT's AOT plugins launch with (see trt_plugin.py).
+# convention TensorRT's AOT plugins launch with (see trt_plugin.py). Channel
+# counts and the kernel volume are constexpr so the reduction loops unroll;
+# the row count M varies with every point cloud and stays a runtime value.
 @triton.jit
 def _implicit_gemm_kernel(
     feat_ptr, w_ptr, nbr_ptr, bias_ptr,
-    M, CIN, COUT,
+    M,
     out_ptr,
+    CIN: tl.constexpr, COUT: tl.constexpr,
     K: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     PRECISION: tl.constexpr,
@@ -179,6 +182,30 @@ def _pow2_clamp(n: int, lo: int, hi: int) -> int:
     return max(lo, min(hi, triton.next_power_of_2(max(int(n), 1))))
 
 
+_AUTOTUNE = os.environ.get("HYBRID_TRT_SPARSE_AUTOTUNE", "1") == "1" and not _INTERPRET
+_TUNED: dict = {}
+
+
+def _tuned_kernel(c_in: int, c_out: int):
+    """An autotuned wrapper per channel-count pair: tile candidates are
+    clamped to the channels, so narrow layers don't benchmark useless tiles."""
+    key = (c_in, c_out)
+    if key not in _TUNED:
+        bn64, bn128 = _pow2_clamp(c_out, 16, 64), _pow2_clamp(c_out, 16, 128)
+        bk32, bk64 = _pow2_clamp(c_in, 16, 32), _pow2_clamp(c_in, 16, 64)
+        shapes = {
+            (128, bn64, bk32, 4, 3), (64, bn64, bk32, 4, 3), (64, bn64, bk64, 4, 3),
+            (128, bn128, bk32, 8, 3), (64, bn128, bk64, 4, 3), (128, bn64, bk64, 4, 2),
+            (32, bn64, bk32, 2, 3),
+        }
+        configs = [
+            triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk}, num_warps=w, num_stages=st)
+            for bm, bn, bk, w, st in sorted(shapes)
+        ]
+        _TUNED[key] = triton.autotune(configs=configs, key=["CIN", "COUT", "K"])(_implicit_gemm_kernel)
+    return _TUNED[key]
+
+
 def gemm_config(m: int, c_in: int, c_out: int) -> dict:
     """Tile sizes: tl.dot needs every dimension >= 16; wide output tiles reuse
     each gathered A tile across more output channels."""
@@ -210,16 +237,16 @@ def conv_compute_kcc(
     _, c_in, c_out = w_kcc.shape
     if M == 0:
         return out
-    cfg = gemm_config(M, c_in, c_out)
-    grid = (triton.cdiv(M, cfg["BLOCK_M"]), triton.cdiv(c_out, cfg["BLOCK_N"]))
     precision = "tf32" if (allow_tf32 and features.dtype == torch.float32) else "ieee"
-    _implicit_gemm_kernel[grid](
-        features.contiguous(), w_kcc, nbr.contiguous(), bias if bias is not None else w_kcc,
-        M, c_in, c_out,
-        out,
-        K=K, HAS_BIAS=bias is not None, PRECISION=precision,
-        **cfg,
-    )
+    args = (features.contiguous(), w_kcc, nbr.contiguous(), bias if bias is not None else w_kcc, M, out)
+    meta = dict(CIN=c_in, COUT=c_out, K=K, HAS_BIAS=bias is not None, PRECISION=precision)
+    if _AUTOTUNE and out.is_cuda:
+        grid = lambda cfg: (triton.cdiv(M, cfg["BLOCK_M"]), triton.cdiv(c_out, cfg["BLOCK_N"]))  # noqa: E731
+        _tuned_kernel(c_in, c_out)[grid](*args, **meta)
+    else:
+        cfg = gemm_config(M, c_in, c_out)
+        grid = (triton.cdiv(M, cfg["BLOCK_M"]), triton.cdiv(c_out, cfg["BLOCK_N"]))
+        _implicit_gemm_kernel[grid](*args, **meta, **cfg)
     return out
 
 

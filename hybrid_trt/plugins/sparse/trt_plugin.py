@@ -99,8 +99,9 @@ def _conv_aot_impl(
     params.grid_y = -(-out_channels // kernel.block_n)
     params.block_x = kernel.num_warps * 32
     params.shared_mem = kernel.shared_mem
-    # Scalars follow the input pointers, as in the kernel's signature.
-    scalars = trtp.SymIntExprs.from_tuple([trtp.SymInt32(m), trtp.SymInt32(in_channels), trtp.SymInt32(out_channels)])
+    # The one runtime scalar (row count) follows the input pointers, as in the
+    # kernel's signature; channel counts are compiled in.
+    scalars = trtp.SymIntExprs.from_tuple([trtp.SymInt32(m)])
     return kernel.name.encode(), kernel.ptx.encode(), params, scalars
 
 
