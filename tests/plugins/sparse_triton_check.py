@@ -69,7 +69,9 @@ def check(device: str) -> int:
                     for b in (bias, None) if dtype == torch.float32 else (bias,):
                         args = (feats.to(dtype), weight.to(dtype), ref_nbr, None if b is None else b.to(dtype))
                         want = R.conv_compute(*args).float()
-                        got = T.conv_compute(*args)
+                        # Row schedules: none, the mask sort, a random permutation.
+                        order = [None, R.mask_order(ref_nbr), torch.randperm(ref_nbr.shape[0]).to(device, torch.int32)]
+                        got = T.conv_compute(*args, order=order[(c_in + int(b is None)) % 3])
                         scale = 1.0 + (want.abs().max().item() if want.numel() else 0.0)
                         err = (got.float() - want).abs().max().item() if want.numel() else 0.0
                         good = got.dtype == dtype and got.shape == want.shape and err <= tol[dtype] * scale

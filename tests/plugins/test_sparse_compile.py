@@ -26,6 +26,7 @@ SPARSE_OPS = {
     "sparse_rulebook_subm",
     "sparse_rulebook_strided",
     "sparse_rulebook_transpose",
+    "sparse_rulebook_order",
     "sparse_conv_compute",
 }
 

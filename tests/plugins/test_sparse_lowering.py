@@ -24,7 +24,8 @@ def _subm_conv_graph(dtype, with_bias):
 
     def f(features, indices, weight, *bias):
         nbr = sparse.sparse_rulebook_subm(indices, [5, 6, 7], [3, 3, 3], [1, 1, 1])
-        out = sparse.sparse_conv_compute(features, weight, nbr, bias[0] if bias else None)
+        order = sparse.sparse_rulebook_order(nbr) if bias else None
+        out = sparse.sparse_conv_compute(features, weight, nbr, bias[0] if bias else None, order)
         back = sparse.sparse_rulebook_transpose(nbr, indices.shape[0])
         return out, back
 
@@ -38,7 +39,10 @@ def test_lowers_to_custom_domain_nodes(dtype, with_bias):
     model = lower_to_onnx(gm, [a.shape for a in args], [a.dtype for a in args])
     onnx.checker.check_model(model)
     custom = [n for n in model.graph.node if n.domain == sparse_lowering.DOMAIN]
-    assert [n.op_type for n in custom] == ["SparseRulebookSubM", "SparseConv3d", "SparseRulebookTranspose"]
+    expected = ["SparseRulebookSubM", "SparseConv3d", "SparseRulebookTranspose"]
+    if with_bias:
+        expected.insert(1, "SparseRulebookOrder")
+    assert [n.op_type for n in custom] == expected
     attrs = {n.op_type: {a.name: onnx.helper.get_attribute_value(a) for a in n.attribute} for n in custom}
     assert attrs["SparseConv3d"] == {
         "plugin_namespace": b"hybrid_trt", "aot": 1, "kernel_volume": 27, "in_channels": 4, "out_channels": 8,
@@ -51,6 +55,8 @@ def test_lowers_to_custom_domain_nodes(dtype, with_bias):
     conv = next(n for n in custom if n.op_type == "SparseConv3d")
     producer = {o: n for n in model.graph.node for o in n.output}
     assert producer[conv.input[1]].op_type == "Transpose"
+    # Without a schedule from sparse_rulebook_order the plugin gets the identity one.
+    assert producer[conv.input[3]].op_type == ("SparseRulebookOrder" if with_bias else "Range")
 
 
 def test_only_tensorrt_accepts_the_domain():

@@ -43,12 +43,12 @@ def compile_conv_kernel(dtype: str, kernel_volume: int, c_in: int, c_out: int, c
     cfg = gemm_tiles(c_in, c_out)
     ptr = _TYPES[dtype]
     signature = {
-        "feat_ptr": ptr, "w_ptr": ptr, "nbr_ptr": "*i32", "bias_ptr": ptr,
+        "feat_ptr": ptr, "w_ptr": ptr, "nbr_ptr": "*i32", "order_ptr": "*i32", "bias_ptr": ptr,
         "M": "i32",
         "out_ptr": ptr,
     }
     constexprs = {
-        "CIN": c_in, "COUT": c_out, "K": kernel_volume, "HAS_BIAS": True, "PRECISION": "ieee",
+        "CIN": c_in, "COUT": c_out, "K": kernel_volume, "HAS_ORDER": True, "HAS_BIAS": True, "PRECISION": "ieee",
         "BLOCK_M": cfg["BLOCK_M"], "BLOCK_N": cfg["BLOCK_N"], "BLOCK_K": cfg["BLOCK_K"],
     }
     signature.update({k: "constexpr" for k in constexprs})

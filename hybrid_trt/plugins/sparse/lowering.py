@@ -8,8 +8,9 @@ op type = plugin name, string attribute ``plugin_namespace`` = plugin
 namespace, int attribute ``aot`` = 1 to use the plugin's AOT implementation.
 
   SparseConv3d(features [N, Cin], weight [K, Cin, Cout], nbr int32 [M, K],
-               bias [Cout]) -> [M, Cout]
+               order int32 [M], bias [Cout]) -> [M, Cout]
       attrs: kernel_volume, in_channels, out_channels
+  SparseRulebookOrder(nbr int32 [M, K]) -> int32 [M]
   SparseRulebookSubM(indices int32 [N, 4]) -> nbr int32 [N, K]
       attrs: spatial_shape, kernel_size, dilation
   SparseRulebookTranspose(nbr int32 [M, K]) -> int32 [num_in, K]
@@ -40,8 +41,14 @@ def _meta(arg):
     return arg.meta.get("val") if hasattr(arg, "meta") else None
 
 
+def _compute_args(node):
+    features, weight, nbr, bias, *rest = node.args
+    order = rest[0] if rest else node.kwargs.get("order")
+    return features, weight, nbr, bias, order
+
+
 def _check_compute(node):
-    features, weight, nbr, bias = node.args
+    features, weight, nbr, bias, _ = _compute_args(node)
     f, w, n = _meta(features), _meta(weight), _meta(nbr)
     if f is None or w is None or n is None:
         return "sparse_conv_compute: input shapes unknown"
@@ -69,7 +76,7 @@ def _check_strided(node):
 
 @lowering(_sparse.sparse_conv_compute.default, dtypes=_DTYPES, check=_check_compute, domain=DOMAIN)
 def lower_sparse_conv_compute(ctx, node):
-    features, weight, nbr, bias = node.args
+    features, weight, nbr, bias, order = _compute_args(node)
     c_out, *ksize, c_in = ctx.shape(weight)
     k = math.prod(ksize)
     dtype = ctx.dtype(features)
@@ -78,8 +85,13 @@ def lower_sparse_conv_compute(ctx, node):
     w = ctx.op("Reshape", ctx.input(weight), ctx.ints([c_out, k, c_in]))
     w = ctx.op("Transpose", w, perm=[1, 2, 0])
     b = ctx.input(bias) if bias is not None else ctx.const([0.0] * c_out, dtype)
+    if order is not None:
+        rows = ctx.input(order)
+    else:  # identity schedule
+        m = ctx.shape(nbr)[0]
+        rows = ctx.op("Range", ctx.const(0, torch.int32), ctx.const(m, torch.int32), ctx.const(1, torch.int32))
     return ctx.op(
-        "SparseConv3d", ctx.input(features), w, ctx.input(nbr), b,
+        "SparseConv3d", ctx.input(features), w, ctx.input(nbr), rows, b,
         domain=DOMAIN, plugin_namespace=PLUGIN_NAMESPACE, aot=1,
         kernel_volume=k, in_channels=c_in, out_channels=c_out,
     )
@@ -104,6 +116,11 @@ def lower_sparse_rulebook_transpose(ctx, node):
         "SparseRulebookTranspose", ctx.input(nbr),
         domain=DOMAIN, plugin_namespace=PLUGIN_NAMESPACE, aot=0, num_in=int(ctx.arg(num_in)),
     )
+
+
+@lowering(_sparse.sparse_rulebook_order.default, dtypes={torch.int32}, domain=DOMAIN)
+def lower_sparse_rulebook_order(ctx, node):
+    return ctx.op("SparseRulebookOrder", ctx.input(node.args[0]), domain=DOMAIN, plugin_namespace=PLUGIN_NAMESPACE, aot=0)
 
 
 @lowering(_sparse.sparse_rulebook_strided.default, dtypes={torch.int32}, check=_check_strided, domain=DOMAIN)

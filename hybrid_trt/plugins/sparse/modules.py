@@ -22,6 +22,7 @@ class Rulebook(NamedTuple):
     """What a conv leaves under its ``indice_key`` for later layers."""
 
     nbr: torch.Tensor  # [M, K] int32, input row per (output site, offset) or -1
+    order: torch.Tensor  # [M] int32 row schedule for the GPU kernel (sparse_rulebook_order)
     in_indices: torch.Tensor
     out_indices: torch.Tensor
     in_spatial_shape: tuple[int, int, int]
@@ -151,8 +152,8 @@ class _SparseConv(nn.Module):
                 f"layer expects in_channels={self.in_channels}"
             )
 
-    def _compute(self, features: torch.Tensor, nbr: torch.Tensor) -> torch.Tensor:
-        return ops.sparse_conv_compute(features, self.weight, nbr, self.bias)
+    def _compute(self, features: torch.Tensor, rb: Rulebook) -> torch.Tensor:
+        return ops.sparse_conv_compute(features, self.weight, rb.nbr, self.bias, rb.order)
 
 
 class SubMConv3d(_SparseConv):
@@ -164,9 +165,7 @@ class SubMConv3d(_SparseConv):
     def forward(self, x: SparseConvTensor) -> SparseConvTensor:
         self._check_input(x)
         rb = x.find_indice_pair(self.indice_key)
-        if rb is not None and rb.subm and rb.kernel_size == self.kernel_size and rb.dilation == self.dilation:
-            nbr = rb.nbr
-        else:
+        if rb is None or not (rb.subm and rb.kernel_size == self.kernel_size and rb.dilation == self.dilation):
             if rb is not None:
                 raise ValueError(
                     f"indice_key {self.indice_key!r} is already used by a layer with a different "
@@ -174,12 +173,13 @@ class SubMConv3d(_SparseConv):
                     f"dilation={rb.dilation}); give this {type(self).__name__} its own indice_key"
                 )
             nbr = ops.sparse_rulebook_subm(x.indices, list(x.spatial_shape), list(self.kernel_size), list(self.dilation))
+            rb = Rulebook(
+                nbr, ops.sparse_rulebook_order(nbr), x.indices, x.indices, x.spatial_shape, x.spatial_shape,
+                self.kernel_size, (1, 1, 1), (0, 0, 0), self.dilation, True,
+            )
             if self.indice_key is not None:
-                x.indice_dict[self.indice_key] = Rulebook(
-                    nbr, x.indices, x.indices, x.spatial_shape, x.spatial_shape,
-                    self.kernel_size, (1, 1, 1), (0, 0, 0), self.dilation, True,
-                )
-        return x.replace_feature(self._compute(x.features, nbr))
+                x.indice_dict[self.indice_key] = rb
+        return x.replace_feature(self._compute(x.features, rb))
 
 
 class SparseConv3d(_SparseConv):
@@ -200,12 +200,13 @@ class SparseConv3d(_SparseConv):
             x.indices, list(x.spatial_shape), list(self.kernel_size), list(self.stride),
             list(self.padding), list(self.dilation),
         )
+        rb = Rulebook(
+            nbr, ops.sparse_rulebook_order(nbr), x.indices, out_indices, x.spatial_shape, out_shape,
+            self.kernel_size, self.stride, self.padding, self.dilation, False,
+        )
         if self.indice_key is not None:
-            x.indice_dict[self.indice_key] = Rulebook(
-                nbr, x.indices, out_indices, x.spatial_shape, out_shape,
-                self.kernel_size, self.stride, self.padding, self.dilation, False,
-            )
-        return SparseConvTensor(self._compute(x.features, nbr), out_indices, out_shape, x.batch_size, x.indice_dict)
+            x.indice_dict[self.indice_key] = rb
+        return SparseConvTensor(self._compute(x.features, rb), out_indices, out_shape, x.batch_size, x.indice_dict)
 
 
 class SparseInverseConv3d(_SparseConv):
@@ -234,14 +235,13 @@ class SparseInverseConv3d(_SparseConv):
                 f"{rb.kernel_size} under indice_key {self.indice_key!r}"
             )
         inv_key = self.indice_key + "/inverse"
-        cached = x.indice_dict.get(inv_key)
-        if cached is not None:
-            nbr_t = cached.nbr
-        else:
+        inv = x.indice_dict.get(inv_key)
+        if inv is None:
             nbr_t = ops.sparse_rulebook_transpose(rb.nbr, rb.in_indices.shape[0])
-            x.indice_dict[inv_key] = rb._replace(nbr=nbr_t)
+            inv = rb._replace(nbr=nbr_t, order=ops.sparse_rulebook_order(nbr_t))
+            x.indice_dict[inv_key] = inv
         return SparseConvTensor(
-            self._compute(x.features, nbr_t), rb.in_indices, rb.in_spatial_shape, x.batch_size, x.indice_dict
+            self._compute(x.features, inv), rb.in_indices, rb.in_spatial_shape, x.batch_size, x.indice_dict
         )
 
 

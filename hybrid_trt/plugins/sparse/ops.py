@@ -15,8 +15,9 @@ Schemas (``K = kD * kH * kW``):
                           int[] dilation) -> (Tensor out_indices,    # [M, 4]
                                               Tensor nbr)            # [M, K]
   sparse_rulebook_transpose(Tensor nbr, SymInt num_in) -> Tensor     # [num_in, K]
+  sparse_rulebook_order(Tensor nbr) -> Tensor                        # [M]
   sparse_conv_compute(Tensor features, Tensor weight, Tensor nbr,
-                      Tensor? bias) -> Tensor                        # [M, Cout]
+                      Tensor? bias, Tensor? order=None) -> Tensor    # [M, Cout]
 """
 
 from __future__ import annotations
@@ -172,11 +173,34 @@ def _(nbr, num_in):
 
 
 # --------------------------------------------------------------------------
+# sparse_rulebook_order
+# --------------------------------------------------------------------------
+
+
+@torch.library.custom_op("hybrid_trt::sparse_rulebook_order", mutates_args=())
+def sparse_rulebook_order(nbr: torch.Tensor) -> torch.Tensor:
+    """Row schedule for the compute kernel (rows grouped by neighbour mask).
+    Computed once per rulebook and cached with it; any permutation of
+    ``range(M)`` gives the same result."""
+    return reference.mask_order(nbr)
+
+
+@sparse_rulebook_order.register_fake
+def _(nbr):
+    return nbr.new_empty((nbr.shape[0],), dtype=torch.int32)
+
+
+# --------------------------------------------------------------------------
 # sparse_conv_compute
 # --------------------------------------------------------------------------
 
 
-def _check_compute(features, weight, nbr, bias):
+def _check_compute(features, weight, nbr, bias, order=None):
+    if order is not None and (order.dim() != 1 or order.shape[0] != nbr.shape[0] or order.dtype != torch.int32):
+        raise ValueError(
+            f"sparse_conv_compute: order must be an int32 permutation of the {nbr.shape[0]} rulebook rows, "
+            f"got {order.dtype} of shape {tuple(order.shape)}; build it with sparse_rulebook_order(nbr)"
+        )
     if features.dim() != 2:
         raise ValueError(f"sparse_conv_compute: features must be [N, Cin], got {tuple(features.shape)}")
     if weight.dim() != 5:
@@ -205,23 +229,25 @@ def sparse_conv_compute(
     weight: torch.Tensor,
     nbr: torch.Tensor,
     bias: Optional[torch.Tensor],
+    order: Optional[torch.Tensor] = None,
 ) -> torch.Tensor:
     """``out[m] = bias + sum_k W[:, k, :] @ features[nbr[m, k]]`` over the
-    offsets with ``nbr[m, k] >= 0``; weight layout ``[Cout, kD, kH, kW, Cin]``."""
-    _check_compute(features, weight, nbr, bias)
+    offsets with ``nbr[m, k] >= 0``; weight layout ``[Cout, kD, kH, kW, Cin]``.
+    ``order`` (from sparse_rulebook_order) only schedules the GPU kernel."""
+    _check_compute(features, weight, nbr, bias, order)
     return reference.conv_compute(features, weight, nbr, bias)
 
 
 @sparse_conv_compute.register_kernel("cuda")
-def _(features, weight, nbr, bias):
-    _check_compute(features, weight, nbr, bias)
+def _(features, weight, nbr, bias, order=None):
+    _check_compute(features, weight, nbr, bias, order)
     if _FORCE_TORCH:
         return reference.conv_compute(features, weight, nbr, bias)
-    return _triton().conv_compute(features, weight, nbr, bias)
+    return _triton().conv_compute(features, weight, nbr, bias, order)
 
 
 @sparse_conv_compute.register_fake
-def _(features, weight, nbr, bias):
+def _(features, weight, nbr, bias, order=None):
     return features.new_empty((nbr.shape[0], weight.shape[0]))
 
 
@@ -229,5 +255,6 @@ OPS = (
     sparse_rulebook_subm,
     sparse_rulebook_strided,
     sparse_rulebook_transpose,
+    sparse_rulebook_order,
     sparse_conv_compute,
 )

@@ -95,6 +95,20 @@ def transpose_neighbor_map(nbr: torch.Tensor, num_in: int) -> torch.Tensor:
     return nbr_t
 
 
+def mask_order(nbr: torch.Tensor) -> torch.Tensor:
+    """int32 permutation of the rulebook's rows sorted by their neighbour
+    bitmask, so the compute kernel's row tiles share active offsets (spconv
+    sorts its masks for the same reason). Kernels with more than 62 offsets
+    sort by the number of active offsets instead of the full mask."""
+    M, K = nbr.shape
+    active = (nbr >= 0).to(torch.int64)
+    if K <= 62:
+        key = (active << torch.arange(K, device=nbr.device)).sum(dim=1)
+    else:
+        key = active.sum(dim=1)
+    return torch.argsort(key, stable=True).to(torch.int32)
+
+
 def conv_compute(
     features: torch.Tensor,
     weight: torch.Tensor,

@@ -86,20 +86,28 @@ def _transpose_kernel(nbr_ptr, nbr_t_ptr, total, K: tl.constexpr, BLOCK: tl.cons
 # the row count M varies with every point cloud and stays a runtime value.
 @triton.jit
 def _implicit_gemm_kernel(
-    feat_ptr, w_ptr, nbr_ptr, bias_ptr,
+    feat_ptr, w_ptr, nbr_ptr, order_ptr, bias_ptr,
     M,
     out_ptr,
     CIN: tl.constexpr, COUT: tl.constexpr,
     K: tl.constexpr,
+    HAS_ORDER: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     PRECISION: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
-    rm = pid_m.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
+    slot = pid_m.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
+    m_mask = slot < M
+    if HAS_ORDER:
+        # Rows sorted by neighbour mask: a tile's rows share their active
+        # offsets, so whole offsets are skipped below. Any permutation is
+        # correct; the order only changes how much work is skipped.
+        rm = tl.load(order_ptr + slot, mask=m_mask, other=0).to(tl.int64)
+    else:
+        rm = slot
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    m_mask = rm < M
     n_mask = rn < COUT
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k in range(K):
@@ -230,6 +238,7 @@ def conv_compute_kcc(
     nbr: torch.Tensor,
     bias: torch.Tensor | None,
     out: torch.Tensor,
+    order: torch.Tensor | None = None,
     allow_tf32: bool = False,
 ) -> torch.Tensor:
     """Implicit GEMM into ``out`` with an already transposed weight."""
@@ -238,8 +247,12 @@ def conv_compute_kcc(
     if M == 0:
         return out
     precision = "tf32" if (allow_tf32 and features.dtype == torch.float32) else "ieee"
-    args = (features.contiguous(), w_kcc, nbr.contiguous(), bias if bias is not None else w_kcc, M, out)
-    meta = dict(CIN=c_in, COUT=c_out, K=K, HAS_BIAS=bias is not None, PRECISION=precision)
+    nbr = nbr.contiguous()
+    args = (
+        features.contiguous(), w_kcc, nbr, order if order is not None else nbr,
+        bias if bias is not None else w_kcc, M, out,
+    )
+    meta = dict(CIN=c_in, COUT=c_out, K=K, HAS_ORDER=order is not None, HAS_BIAS=bias is not None, PRECISION=precision)
     if _AUTOTUNE and out.is_cuda:
         grid = lambda cfg: (triton.cdiv(M, cfg["BLOCK_M"]), triton.cdiv(c_out, cfg["BLOCK_N"]))  # noqa: E731
         _tuned_kernel(c_in, c_out)[grid](*args, **meta)
@@ -255,9 +268,10 @@ def conv_compute(
     weight: torch.Tensor,
     nbr: torch.Tensor,
     bias: torch.Tensor | None,
+    order: torch.Tensor | None = None,
     allow_tf32: bool = False,
 ) -> torch.Tensor:
     out = torch.empty((nbr.shape[0], weight.shape[0]), dtype=features.dtype, device=features.device)
     w = weight_kcc(weight.to(features.dtype))
     b = None if bias is None else bias.to(features.dtype).contiguous()
-    return conv_compute_kcc(features, w, nbr, b, out, allow_tf32)
+    return conv_compute_kcc(features, w, nbr, b, out, order, allow_tf32)

@@ -9,6 +9,7 @@ attribute selecting the AOT implementation).
   hybrid_trt::SparseConv3d           JIT impl + AOT impl (Triton PTX)
   hybrid_trt::SparseRulebookSubM     JIT impl (torch sort + Triton search)
   hybrid_trt::SparseRulebookTranspose JIT impl
+  hybrid_trt::SparseRulebookOrder    JIT impl
 
 NOT RUN: TensorRT cannot be installed on the machines this was developed on.
 This is written against the documented API and kept thin; the kernels it
@@ -32,6 +33,7 @@ from .lowering import PLUGIN_NAMESPACE
 CONV = f"{PLUGIN_NAMESPACE}::SparseConv3d"
 SUBM = f"{PLUGIN_NAMESPACE}::SparseRulebookSubM"
 TRANSPOSE = f"{PLUGIN_NAMESPACE}::SparseRulebookTranspose"
+ORDER = f"{PLUGIN_NAMESPACE}::SparseRulebookOrder"
 
 
 def _torch(t: trtp.Tensor) -> torch.Tensor:
@@ -46,6 +48,7 @@ def _conv_desc(
     features: trtp.TensorDesc,
     weight: trtp.TensorDesc,
     nbr: trtp.TensorDesc,
+    order: trtp.TensorDesc,
     bias: trtp.TensorDesc,
     kernel_volume: int,
     in_channels: int,
@@ -55,9 +58,9 @@ def _conv_desc(
 
 
 @trtp.autotune(CONV)
-def _conv_autotune(features, weight, nbr, bias, outputs) -> List[trtp.AutoTuneCombination]:
-    # features, weight, bias and output share one float type; the rulebook is int32.
-    return [trtp.AutoTuneCombination("FP32|FP16, FP32|FP16, INT32, FP32|FP16, FP32|FP16", "LINEAR")]
+def _conv_autotune(features, weight, nbr, order, bias, outputs) -> List[trtp.AutoTuneCombination]:
+    # features, weight, bias and output share one float type; rulebook and order are int32.
+    return [trtp.AutoTuneCombination("FP32|FP16, FP32|FP16, INT32, INT32, FP32|FP16, FP32|FP16", "LINEAR")]
 
 
 @trtp.impl(CONV)
@@ -65,6 +68,7 @@ def _conv_impl(
     features: trtp.Tensor,
     weight: trtp.Tensor,
     nbr: trtp.Tensor,
+    order: trtp.Tensor,
     bias: trtp.Tensor,
     kernel_volume: int,
     in_channels: int,
@@ -74,7 +78,7 @@ def _conv_impl(
 ) -> None:
     with torch.cuda.stream(torch.cuda.ExternalStream(stream)):
         triton_kernels.conv_compute_kcc(
-            _torch(features), _torch(weight), _torch(nbr), _torch(bias), _torch(outputs[0])
+            _torch(features), _torch(weight), _torch(nbr), _torch(bias), _torch(outputs[0]), _torch(order)
         )
 
 
@@ -83,6 +87,7 @@ def _conv_aot_impl(
     features: trtp.TensorDesc,
     weight: trtp.TensorDesc,
     nbr: trtp.TensorDesc,
+    order: trtp.TensorDesc,
     bias: trtp.TensorDesc,
     kernel_volume: int,
     in_channels: int,
@@ -136,3 +141,14 @@ def _transpose_desc(nbr: trtp.TensorDesc, num_in: int) -> trtp.TensorDesc:
 def _transpose_impl(nbr, num_in: int, outputs, stream) -> None:
     with torch.cuda.stream(torch.cuda.ExternalStream(stream)):
         _torch(outputs[0]).copy_(ops.sparse_rulebook_transpose(_torch(nbr), num_in))
+
+
+@trtp.register(ORDER)
+def _order_desc(nbr: trtp.TensorDesc) -> trtp.TensorDesc:
+    return trtp.from_shape_expr((nbr.shape_expr[0],), dtype=trt.int32)
+
+
+@trtp.impl(ORDER)
+def _order_impl(nbr, outputs, stream) -> None:
+    with torch.cuda.stream(torch.cuda.ExternalStream(stream)):
+        _torch(outputs[0]).copy_(ops.sparse_rulebook_order(_torch(nbr)))
