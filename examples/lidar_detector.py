@@ -302,6 +302,9 @@ def main(argv=None) -> int:
         t0 = time.perf_counter()
         eager = model(feats, coords)
         log.info("eager: %.3f s", time.perf_counter() - t0)
+        # Strided sparse convs have data-dependent output sizes; newer torch
+        # allows capturing them under fullgraph=True, older needs this flag.
+        torch._dynamo.config.capture_dynamic_output_shape_ops = True
         compiled = torch.compile(model, backend="inductor", fullgraph=True)
         t0 = time.perf_counter()
         out = compiled(feats, coords)
