@@ -415,6 +415,57 @@ def test_lowering_matches_eager(target, case):
     assert_close(actual, expected, rtol=case.rtol, atol=case.atol, what=str(target))
 
 
+def _as_float64(a):
+    if isinstance(a, (T, W)) and a.value.dtype == torch.float32:
+        return type(a)(a.value.double())
+    if isinstance(a, list):
+        return [_as_float64(e) for e in a]
+    if isinstance(a, tuple):
+        return tuple(_as_float64(e) for e in a)
+    return torch.float64 if a is torch.float32 else a
+
+
+def _has_float32(a) -> bool:
+    if isinstance(a, (T, W)):
+        return a.value.dtype == torch.float32
+    if isinstance(a, (list, tuple)):
+        return any(_has_float32(e) for e in a)
+    return a is torch.float32
+
+
+def _float64_cases():
+    params = []
+    for target in _registered():
+        for k, case in enumerate(SAMPLES.get(target, [])):
+            c64 = dataclasses.replace(case, args=_as_float64(case.args),
+                                      kwargs={n: _as_float64(v) for n, v in case.kwargs.items()})
+            if _has_float32(list(case.args) + list(case.kwargs.values())):
+                params.append(pytest.param(target, c64, id=f"{target}-{case.id or k}-f64"))
+    return params
+
+
+@pytest.mark.parametrize("target,case", _float64_cases())
+def test_float64_lowering_runs_on_onnxruntime_or_is_declined(target, case):
+    """The onnxruntime delegate claims float64: every float64 node it accepts must build and match eager on the
+    CPU provider; ops it lacks kernels for are declined by its capability check (never a failing partition)."""
+    from hybrid_trt.delegates import get_delegate
+    from hybrid_trt.partitioner.capability import unsupported_reason
+
+    gm, tensor_inputs, size_inputs, eager_args, eager_kwargs, call = _build(target, case)
+    FakeTensorProp(gm, FakeTensorMode(allow_non_fake_inputs=True)).propagate(*tensor_inputs, *size_inputs)
+    reason = unsupported_reason(call, get_delegate("onnxruntime"), frozenset())
+    if reason is not None:
+        assert "float64" in reason, reason
+        return
+    with torch.no_grad():
+        expected = target(*eager_args, **eager_kwargs)
+    expected = [expected[i] for i in case.outputs] if case.outputs is not None else [expected]
+    model = lower_to_onnx(gm, [tuple(t.shape) for t in tensor_inputs], [t.dtype for t in tensor_inputs],
+                          size_inputs)
+    actual = _run_onnx(model, tensor_inputs)
+    assert_close(actual, expected, rtol=1e-7, atol=1e-7, what=f"{target} (float64)")
+
+
 def test_resnet18_partition_lowers_in_under_a_second():
     """Issue requirement: ResNet-18's (full size) partition lowers to ONNX in < 1 s (lowering only, no session)."""
     from examples.models import build

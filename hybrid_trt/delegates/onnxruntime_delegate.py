@@ -9,6 +9,8 @@ import onnx
 import torch
 
 from ..log import logger
+from ..capture import preserve  # noqa: F401  (defines hybrid_trt::interpolate, named below)
+from ..lowerings.registry import _tensor_dtypes as _dtypes
 from .registry import Delegate, Engine, register_delegate
 
 _NUMPY = {
@@ -61,6 +63,21 @@ def _torch_dtype(ort_type: str) -> torch.dtype:
     return _ORT_TYPES[ort_type]
 
 
+aten = torch.ops.aten
+
+# ATen ops whose lowerings emit ONNX ops that ONNX Runtime's CPU provider has no float64 kernel for (Conv,
+# AveragePool, GlobalAveragePool, Resize, Erf, Softplus, HardSigmoid, Elu, Atan, Tan): a float64 node of these
+# would make the whole partition fail to build. tests/test_lowerings.py checks that every other float64 sample
+# builds, so this set cannot silently fall short.
+NO_FLOAT64_CPU_KERNEL = frozenset({
+    aten.convolution.default, aten.avg_pool2d.default, aten._adaptive_avg_pool2d.default,
+    aten.upsample_nearest2d.vec, aten.upsample_nearest2d.default, aten.upsample_bilinear2d.vec,
+    aten.upsample_bilinear2d.default, torch.ops.hybrid_trt.interpolate.default, aten.erf.default,
+    aten.gelu.default, aten.softplus.default, aten.mish.default, aten.hardsigmoid.default,
+    aten.hardswish.default, aten.elu.default, aten.atan.default, aten.tan.default,
+})
+
+
 class OnnxRuntimeDelegate(Delegate):
     name = "onnxruntime"
     # No float16/bfloat16: the CPU provider lacks kernels for most ops in those types.
@@ -74,6 +91,11 @@ class OnnxRuntimeDelegate(Delegate):
         except ImportError:
             return frozenset()
         return frozenset({"cpu"} | ({"cuda"} if "CUDAExecutionProvider" in providers else set()))
+
+    def node_unsupported_reason(self, node) -> Optional[str]:
+        if node.target in NO_FLOAT64_CPU_KERNEL and torch.float64 in set(_dtypes(node)):
+            return f"{self.name}: no float64 kernel on the CPU provider"
+        return None
 
     def unavailable_reason(self) -> Optional[str]:
         try:

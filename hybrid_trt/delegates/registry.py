@@ -26,6 +26,11 @@ class Delegate(abc.ABC):
     def unavailable_reason(self) -> Optional[str]:
         """None when usable on this machine; otherwise what is missing and how to get it."""
 
+    def node_unsupported_reason(self, node) -> Optional[str]:
+        """Limits of this delegate's runtime beyond dtypes and domains (e.g. kernels missing for one op in one
+        dtype); None when it can run ``node``. Checked after the lowering registry accepted the node."""
+        return None
+
     def validate(self, options) -> None:
         """Raise ValueError for option combinations this delegate cannot honour (checked at compile time)."""
 

@@ -25,6 +25,11 @@ class _MetaInterpreter(fx.Interpreter):
         real = super().get_attr(target, args, kwargs)
         return torch.empty_strided(real.shape, real.stride(), dtype=real.dtype, device="meta")
 
+    def call_function(self, target, args, kwargs):
+        if "device" in kwargs:  # factories (arange, full, ...) would make real tensors next to the meta ones
+            kwargs = {**kwargs, "device": torch.device("meta")}
+        return super().call_function(target, args, kwargs)
+
 
 def specialise(module: fx.GraphModule, input_shapes: Sequence, input_dtypes: Sequence,
                sizes: Sequence[int]) -> dict[fx.Node, Any]:

@@ -59,7 +59,7 @@ def unsupported_reason(node: fx.Node, delegate, forced_to_inductor: frozenset) -
     for dtype in registry._tensor_dtypes(node):
         if dtype not in delegate.dtypes:
             return f"{delegate.name}: dtype {str(dtype).replace('torch.', '')} not supported"
-    return None
+    return delegate.node_unsupported_reason(node)
 
 
 def _matches_forced(node: fx.Node, forced: frozenset) -> bool:
