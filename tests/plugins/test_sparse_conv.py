@@ -209,3 +209,15 @@ def test_opcheck_ops():
     torch.library.opcheck(ops.sparse_conv_compute, (features, weight, nbr, torch.randn(6)))
     torch.library.opcheck(ops.sparse_conv_compute, (features, weight, nbr, None))
     torch.library.opcheck(ops.sparse_rulebook_transpose, (nbr, indices.shape[0]))
+
+
+@pytest.mark.parametrize("kernel_size", [3, 5])
+def test_rulebook_order_is_a_mask_sorted_permutation(kernel_size):
+    _, indices = random_cloud(2, (6, 7, 8), 0.3, 1, seed=10)
+    nbr = ops.sparse_rulebook_subm(indices, [6, 7, 8], [kernel_size] * 3, [1, 1, 1])
+    order = ops.sparse_rulebook_order(nbr)
+    assert order.dtype == torch.int32
+    assert torch.equal(torch.sort(order.long()).values, torch.arange(nbr.shape[0]))
+    active = (nbr[order.long()] >= 0).long()
+    key = (active << torch.arange(nbr.shape[1])).sum(1) if nbr.shape[1] <= 62 else active.sum(1)
+    assert (key[1:] >= key[:-1]).all()

@@ -73,16 +73,18 @@ def strided_out_indices(
     if in_indices.shape[0] == 0:
         return torch.empty((0, 4), dtype=torch.int32, device=device)
     offsets = kernel_offsets(kernel_size, device)
-    st = torch.tensor(stride, device=device)
-    pad = torch.tensor(padding, device=device)
-    dil = torch.tensor(dilation, device=device)
-    shape = torch.tensor(list(out_spatial_shape), device=device)
-
-    num = in_indices[:, None, 1:].long() + pad - offsets[None] * dil  # [N, K, 3]
-    out = torch.div(num, st, rounding_mode="floor")
-    ok = ((num >= 0) & (num % st == 0) & (out < shape)).all(dim=-1)
-    keys = hash_coords(in_indices[:, None, 0], out, out_spatial_shape)[ok]
-    return unhash_coords(torch.unique(keys), out_spatial_shape)
+    # One axis at a time with Python-int geometry: no [N, K, 3] int64
+    # temporaries, and no host-to-device copies of the geometry (each of those
+    # synchronises the CUDA stream).
+    key = in_indices[:, :1].long()  # [N, 1], batch
+    ok = None
+    for axis in range(3):
+        num = in_indices[:, axis + 1, None].long() + padding[axis] - offsets[None, :, axis] * dilation[axis]
+        out = torch.div(num, stride[axis], rounding_mode="floor")
+        valid = (num >= 0) & (out * stride[axis] == num) & (out < out_spatial_shape[axis])
+        ok = valid if ok is None else ok & valid
+        key = key * int(out_spatial_shape[axis]) + out  # same key as hash_coords
+    return unhash_coords(torch.unique(key[ok]), out_spatial_shape)
 
 
 def transpose_neighbor_map(nbr: torch.Tensor, num_in: int) -> torch.Tensor:
@@ -101,9 +103,10 @@ def mask_order(nbr: torch.Tensor) -> torch.Tensor:
     sorts its masks for the same reason). Kernels with more than 62 offsets
     sort by the number of active offsets instead of the full mask."""
     M, K = nbr.shape
-    active = (nbr >= 0).to(torch.int64)
+    dtype = torch.int32 if K <= 30 else torch.int64  # int32 halves the traffic for 3x3x3
+    active = (nbr >= 0).to(dtype)
     if K <= 62:
-        key = (active << torch.arange(K, device=nbr.device)).sum(dim=1)
+        key = (active << torch.arange(K, device=nbr.device, dtype=dtype)).sum(dim=1, dtype=dtype)
     else:
         key = active.sum(dim=1)
     return torch.argsort(key, stable=True).to(torch.int32)
