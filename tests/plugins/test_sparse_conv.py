@@ -221,3 +221,20 @@ def test_rulebook_order_is_a_mask_sorted_permutation(kernel_size):
     active = (nbr[order.long()] >= 0).long()
     key = (active << torch.arange(nbr.shape[1])).sum(1) if nbr.shape[1] <= 62 else active.sum(1)
     assert (key[1:] >= key[:-1]).all()
+
+
+def test_eval_batch_norm_on_features_equals_batchnorm1d():
+    from hybrid_trt.plugins.sparse import batch_norm_features
+
+    bn = torch.nn.BatchNorm1d(6, eps=1e-3)
+    with torch.no_grad():
+        bn.running_mean.uniform_(-1, 1)
+        bn.running_var.uniform_(0.5, 2)
+        bn.weight.uniform_(0.5, 1.5)
+        bn.bias.uniform_(-1, 1)
+    x = torch.randn(50, 6)
+    torch.testing.assert_close(batch_norm_features(bn.eval(), x), bn(x))
+    torch.testing.assert_close(batch_norm_features(bn.eval(), x[:0]), x[:0])
+    bn.train()
+    torch.testing.assert_close(batch_norm_features(bn, x), torch.nn.functional.batch_norm(
+        x, None, None, bn.weight, bn.bias, training=True, eps=bn.eps))
