@@ -67,7 +67,11 @@ def hybrid_trt_backend(gm: fx.GraphModule, example_inputs, options=None, **unexp
         return compiled
 
     gm = preserve_ops(gm)
-    return compile_fx(gm, example_inputs, inner_compile=inner_compile, decompositions=capture_decompositions())
+    # Inductor's FX-graph and AOTAutograd caches key on the graph, not on inner_compile: left on, they would hand
+    # back a plain-Inductor result for this graph (or store ours, with its process-local delegate handles).
+    # force_disable_caches is the one switch that TORCHINDUCTOR_FX_GRAPH_CACHE=1 style variables cannot override.
+    with torch.compiler.config.patch(force_disable_caches=True):
+        return compile_fx(gm, example_inputs, inner_compile=inner_compile, decompositions=capture_decompositions())
 
 
 def _hybrid_graph(gm: fx.GraphModule, aot_inputs, weights: dict, n_dynamo_inputs: int, opts: Options,

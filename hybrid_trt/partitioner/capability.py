@@ -45,6 +45,10 @@ def unsupported_reason(node: fx.Node, delegate, forced_to_inductor: frozenset) -
     if _matches_forced(node, forced_to_inductor):
         return "forced to Inductor by option force_inductor_ops"
     val = node.meta.get("val")
+    if _has_unbacked_size(node):
+        # Sizes that depend on data (e.g. active voxels) change every call: an engine per shape would be rebuilt
+        # every frame, so such ops stay with Inductor, which handles them symbolically.
+        return "data-dependent (unbacked) size"
     for v in (val if isinstance(val, (tuple, list)) else (val,)):
         if isinstance(v, torch.Tensor) and v.device.type not in delegate.device_types:
             return f"{delegate.name}: device {v.device.type} not supported"
@@ -68,3 +72,9 @@ def _matches_forced(node: fx.Node, forced: frozenset) -> bool:
     name = op_name(node)  # e.g. aten.convolution.default
     packet = name.rsplit(".", 1)[0]  # aten.convolution
     return name in forced or packet in forced or packet.split(".", 1)[-1] in forced
+
+
+def _has_unbacked_size(node: fx.Node) -> bool:
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+    vals = [node.meta.get("val")] + [i.meta.get("val") for i in node.all_input_nodes]
+    return any(v is not None and free_unbacked_symbols(v) for v in vals)

@@ -1,0 +1,5 @@
+"""Plugins: custom ops routed through hybrid_trt as a unit (their own ops, fake implementations, lowerings to
+a custom ONNX domain that a delegate accepts). Importing a plugin package registers it.
+
+- ``hybrid_trt.plugins.sparse``: 3D sparse convolution (SubM, strided, inverse) for point-cloud models.
+"""
