@@ -20,15 +20,22 @@ def _compute_dtype(ctx, node: Node) -> torch.dtype:
 
 
 def _binary(op_type: str, *targets, dtypes=NUMERIC):
-    @lowering(*targets, dtypes=dtypes)
     def lower(ctx, node):
         dtype = ctx.dtype(node)
         return ctx.op(op_type, ctx.input(node.args[0], dtype), ctx.input(node.args[1], dtype))
     lower.__name__ = f"lower_{op_type.lower()}"
-    return lower
+    return lowering(*targets, dtypes=dtypes)(lower)
 
 
-_binary("Mul", aten.mul.Tensor, aten.mul.Scalar)
+
+
+@lowering(aten.mul.Tensor, aten.mul.Scalar, dtypes=ANY)
+def lower_mul(ctx, node):
+    dtype = ctx.dtype(node)
+    op_type = "And" if dtype == torch.bool else "Mul"  # bool * bool is a logical and in ATen
+    return ctx.op(op_type, ctx.input(node.args[0], dtype), ctx.input(node.args[1], dtype))
+
+
 _binary("Max", aten.maximum.default)
 _binary("Min", aten.minimum.default)
 _binary("Pow", aten.pow.Tensor_Scalar, aten.pow.Tensor_Tensor, dtypes=FLOAT)
@@ -96,13 +103,12 @@ def _trunc(ctx, x):
 
 
 def _comparison(op_type: str, *targets, negate=False):
-    @lowering(*targets, dtypes=ANY)
     def lower(ctx, node):
         dtype = _compute_dtype(ctx, node)
         out = ctx.op(op_type, ctx.input(node.args[0], dtype), ctx.input(node.args[1], dtype))
         return ctx.op("Not", out) if negate else out
     lower.__name__ = f"lower_{op_type.lower()}{'_not' if negate else ''}"
-    return lower
+    return lowering(*targets, dtypes=ANY)(lower)
 
 
 _comparison("Equal", aten.eq.Tensor, aten.eq.Scalar)
@@ -114,11 +120,10 @@ _comparison("GreaterOrEqual", aten.ge.Tensor, aten.ge.Scalar)
 
 
 def _logical(op_type: str, *targets):
-    @lowering(*targets, dtypes=ANY)
     def lower(ctx, node):
         return ctx.op(op_type, *(ctx.input(a, torch.bool) for a in node.args[:2]))
     lower.__name__ = f"lower_{op_type.lower()}"
-    return lower
+    return lowering(*targets, dtypes=ANY)(lower)
 
 
 _logical("And", aten.logical_and.default)
@@ -165,11 +170,10 @@ def lower_identity(ctx, node):
 
 
 def _unary(op_type: str, *targets, dtypes=FLOAT):
-    @lowering(*targets, dtypes=dtypes)
     def lower(ctx, node):
         return ctx.op(op_type, ctx.input(node.args[0], ctx.dtype(node)))
     lower.__name__ = f"lower_{op_type.lower()}"
-    return lower
+    return lowering(*targets, dtypes=dtypes)(lower)
 
 
 _unary("Neg", aten.neg.default, dtypes=NUMERIC)
