@@ -216,8 +216,8 @@ class RandomGraph:
             choices = common + [
                 (f"torch.matmul({s.name}, {w})", False, s.bound * math.sqrt(l) * 2),
                 (f"F.linear({s.name}, {w}, {self._param((l,), init='small')})", False, s.bound * math.sqrt(l) * 2 + 1),
-                (f"{a.name}.transpose(1, 2).reshape({b}, {c}, {l})", a.exact, a.bound),
-                (f"{a.name}.permute(2, 0, 1).reshape({b}, {c}, {l})", a.exact, a.bound),
+                (f"{a.name}.transpose(1, 2).reshape(-1, {c}, {l})", a.exact, a.bound),
+                (f"{a.name}.permute(0, 2, 1).flatten(1).reshape(-1, {c}, {l})", a.exact, a.bound),
                 (f"torch.bmm(torch.softmax(torch.bmm({s.name}, {s.name}.transpose(1, 2)) * 0.1, dim=-1), {a.name})",
                  False, a.bound),
                 (f"F.layer_norm({a.name}, ({l},), {self._param((l,), init='one')}, {self._param((l,), init='small')})",
@@ -243,8 +243,8 @@ class RandomGraph:
                  False, a.bound),
                 (f"{a.name} - F.adaptive_avg_pool2d({a.name}, 1)", False, 2 * a.bound),
                 (f"F.pad({a.name}, (1, 1, 2, 0))[:, :, 2:, 1:-1]", a.exact, a.bound),
-                (f"{a.name}.permute(0, 2, 3, 1).reshape({b}, {c}, {h}, {w_})", a.exact, a.bound),
-                (f"{a.name}.flatten(2).transpose(1, 2).reshape({b}, {c}, {h}, {w_})", a.exact, a.bound),
+                (f"{a.name}.permute(0, 2, 3, 1).reshape(-1, {c}, {h}, {w_})", a.exact, a.bound),
+                (f"{a.name}.flatten(2).transpose(1, 2).reshape(-1, {c}, {h}, {w_})", a.exact, a.bound),
             ]
         expr, exact, bound = self.rng.choice(choices)
         self._new(expr, "f", exact, bound)
@@ -399,16 +399,18 @@ class RandomGraph:
         m.eval()
         return m
 
-    def example_inputs(self) -> list[torch.Tensor]:
-        gen = torch.Generator().manual_seed(self.seed)
+    def example_inputs(self, batch: int | None = None) -> list[torch.Tensor]:
+        """Inputs of the graph's shape; ``batch`` replaces the leading size (graphs never bake it in)."""
+        gen = torch.Generator().manual_seed(self.seed if batch is None else self.seed * 7919 + batch)
+        shape = self.shape if batch is None else (batch,) + tuple(self.shape[1:])
         out = []
         for _, kind in self.inputs:
             if kind == "f":
-                out.append(torch.randn(self.shape, generator=gen).clamp(-4.5, 4.5).to(self.fdtype))
+                out.append(torch.randn(shape, generator=gen).clamp(-4.5, 4.5).to(self.fdtype))
             elif kind == "i":
-                out.append(torch.randint(-8, 9, self.shape, generator=gen))
+                out.append(torch.randint(-8, 9, shape, generator=gen))
             else:
-                out.append(torch.rand(self.shape, generator=gen) > 0.5)
+                out.append(torch.rand(shape, generator=gen) > 0.5)
         return out
 
     def describe(self) -> str:

@@ -68,3 +68,32 @@ def test_detector_splits_around_atan2():
     assert "aten.atan2.default" in table and "no lowering" in table
     assert str(report) == table
     assert hybrid_trt.reports()[-1] is report
+
+
+class _WithGraphBreak(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(8, 8)
+        self.b = torch.nn.Linear(8, 3)
+
+    def forward(self, x):
+        y = torch.relu(self.a(x)) * 2
+        torch._dynamo.graph_break()
+        return torch.atan2(self.b(y), y[:, :3]).sigmoid()
+
+
+def test_one_report_per_graph_with_graph_breaks():
+    torch.manual_seed(0)
+    model, x = _WithGraphBreak().eval(), torch.randn(4, 8)
+    before = len(hybrid_trt.reports())
+    with torch.no_grad():
+        expected = model(x)
+        out = torch.compile(model, backend="hybrid_trt", options={"min_block_size": 1})(x)
+    assert_close(out, expected)
+    new = hybrid_trt.reports()[before:]
+    assert len(new) == 2, [r.table() for r in new]
+    assert [r.graph_index for r in new] == [before, before + 1]
+    first, second = new
+    assert first.partitions and first.inductor_ops == []  # linear, relu, mul: all delegated
+    assert "aten.atan2.default" in {op.op for op in second.inductor_ops}
+    assert second.partitions, second.table()

@@ -165,3 +165,29 @@ def test_min_block_size_reason():
     assert report.partitions == []
     assert report.inductor_ops and all("min_block_size=50" in op.reason for op in report.inductor_ops), \
         report.table()
+
+
+def _failing_inductor(*args, **kwargs):
+    raise RuntimeError("injected Inductor failure")
+
+
+def test_inductor_failure_runs_the_stitched_graph_as_fx(monkeypatch, hybrid_logs):
+    import hybrid_trt.backend as backend
+    monkeypatch.setattr(backend, "compile_fx_inner", _failing_inductor)
+    expected, out, again, report = _run(None)
+    assert_close(out, expected)
+    assert_close(again, expected)
+    assert report.inductor_status.startswith("ran as FX graph") and "injected Inductor failure" in \
+        report.inductor_status
+    assert report.partitions[0].status == "delegated"  # the delegate call still runs inside the FX graph
+    assert any("Inductor failed" in w and "injected Inductor failure" in w for w in _warnings(hybrid_logs))
+
+
+def test_inductor_failure_strict_raises(monkeypatch):
+    import hybrid_trt.backend as backend
+    monkeypatch.setattr(backend, "compile_fx_inner", _failing_inductor)
+    model, x = _model()
+    compiled = torch.compile(model, backend="hybrid_trt", options={"strict": True})
+    with pytest.raises(Exception) as info, torch.no_grad():
+        compiled(x)
+    assert any("injected Inductor failure" in str(e) for e in _cause_chain(info.value))

@@ -18,6 +18,8 @@ from random_graphs import RandomGraph
 N_GRAPHS = 200
 PER_COMPILE = 10
 BASE_SEED = 1000
+N_DYNAMIC = 10  # more graphs compiled with a symbolic leading size, on top of the 200
+DYNAMIC_SEED = 5000
 
 # Options cycle over the batches: many small partitions and seams (min_block_size=1), the default, forced ops.
 BATCH_OPTIONS = [
@@ -118,6 +120,46 @@ def test_random_graphs_match_eager(batch, caplog):
     assert report.delegated_op_count > 0 and report.inductor_ops, report.table()
     fell_back = [p for p in report.partitions if p.status != "delegated" or p.events]
     assert not fell_back, f"partitions fell back (delegate could not build/run what it claimed):\n{report.table()}"
+
+
+@pytest.mark.parametrize("batch", range(N_DYNAMIC // PER_COMPILE),
+                         ids=lambda b: f"seeds{DYNAMIC_SEED + b * PER_COMPILE}-{DYNAMIC_SEED + (b + 1) * PER_COMPILE - 1}")
+def test_random_graphs_dynamic_batch(batch):
+    """Symbolic leading sizes (inputs marked dynamic in dim 0): engines built lazily per concrete shape, outputs
+    equal eager."""
+    seeds = range(DYNAMIC_SEED + batch * PER_COMPILE, DYNAMIC_SEED + (batch + 1) * PER_COMPILE)
+    graphs = [RandomGraph(s) for s in seeds]
+    model = Batch(graphs).eval()
+    reports_before = len(hybrid_trt.reports())
+    compiled = torch.compile(model, backend="hybrid_trt", options={"min_block_size": 1})
+    failures = []
+    for lead in (3, 5, 3):
+        per_graph = [g.example_inputs(batch=lead) for g in graphs]
+        for xs in per_graph:
+            for x in xs:
+                torch._dynamo.maybe_mark_dynamic(x, 0)
+        with torch.no_grad():
+            expected = [m(*x) for m, x in zip(model.graphs, per_graph)]
+            try:
+                actual = compiled(*[x for xs in per_graph for x in xs])
+            except Exception as e:  # noqa: BLE001
+                pytest.fail(f"batch {lead} failed ({type(e).__name__}: {str(e)[:500]}); failing seeds:\n"
+                            + "\n\n".join(_culprits(graphs, {"min_block_size": 1}) or ["(none alone)"]))
+        for g, a, e in zip(graphs, actual, expected):
+            problem = _compare(g, a, e, f"dynamic, leading size {lead}")
+            if problem:
+                failures.append(problem)
+    report = hybrid_trt.last_report()
+    n_reports = len(hybrid_trt.reports()) - reports_before
+    assert not failures, "\n\n".join(failures) + f"\n\n{report.table()}"
+    assert n_reports == 1, f"{n_reports} graphs compiled: the symbolic graph should serve every leading size"
+    assert report.partitions, report.table()
+    symbolic = [p for p in report.partitions if any(isinstance(d, str) for s in p.input_shapes for d in s)]
+    assert symbolic, report.table()
+    # Two distinct leading sizes: at most two engines per partition, the repeated size built nothing new.
+    assert all(len(p.engines) <= 2 for p in report.partitions), [len(p.engines) for p in report.partitions]
+    assert any(len(p.engines) == 2 for p in symbolic), report.table()
+    assert all(p.status == "delegated" and not p.events for p in report.partitions), report.table()
 
 
 def test_generator_covers_dtypes_ranks_and_unsupported_ops():
