@@ -120,10 +120,13 @@ def _hybrid_graph(gm: fx.GraphModule, aot_inputs, weights: dict, n_dynamo_inputs
 def _constants(gm: fx.GraphModule, weights: dict, n_dynamo_inputs: int) -> dict:
     """Graph nodes holding weights -> real tensors (placeholders Dynamo marked static, and get_attr constants)."""
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    mutated = _mutated_nodes(gm)
     out = {}
     if len(placeholders) == n_dynamo_inputs:
         for i, node in enumerate(placeholders):
-            if i in weights and isinstance(node.meta.get("val"), torch.Tensor):
+            # A buffer the graph writes (e.g. a counter, a cache: ``copy_`` into it after functionalization)
+            # changes between calls, so baking its compile-time value into an engine would be wrong.
+            if i in weights and isinstance(node.meta.get("val"), torch.Tensor) and node not in mutated:
                 out[node] = weights[i]
     else:
         logger.info("hybrid_trt: graph inputs do not line up with Dynamo's (%d vs %d); weights stay inputs",
@@ -133,6 +136,20 @@ def _constants(gm: fx.GraphModule, weights: dict, n_dynamo_inputs: int) -> dict:
             value = getattr(gm, node.target)
             if isinstance(value, torch.Tensor):
                 out[node] = value
+    return out
+
+
+def _mutated_nodes(gm: fx.GraphModule) -> set:
+    """Nodes some op of the graph writes to (arguments whose schema alias info says is_write)."""
+    out = set()
+    for n in gm.graph.nodes:
+        if n.op != "call_function" or not isinstance(n.target, torch._ops.OpOverload):
+            continue
+        for i, arg in enumerate(n.target._schema.arguments):
+            if arg.alias_info is not None and arg.alias_info.is_write:
+                value = n.args[i] if i < len(n.args) else n.kwargs.get(arg.name)
+                if isinstance(value, fx.Node):
+                    out.add(value)
     return out
 
 
