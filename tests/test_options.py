@@ -19,7 +19,8 @@ def test_defaults():
     opts = make_options(environ={})
     assert opts == Options()
     assert opts.min_block_size == 3 and opts.strict is False and opts.precision == "fp32"
-    assert opts.resolved_delegates() == ("onnxruntime",)  # the CPU machine: TensorRT is unavailable
+    assert opts.delegates is None and opts.resolved_delegates() == hybrid_trt.delegates.available_delegates()
+    assert "onnxruntime" in opts.resolved_delegates()
 
 
 def test_unknown_key_names_it_and_lists_valid_keys():
@@ -162,3 +163,16 @@ def test_torch_compile_with_bad_options_raises():
     compiled = torch.compile(torch.nn.ReLU(), backend="hybrid_trt", options={"delegates": ["nope"]})
     with pytest.raises(Exception, match="nope"):
         compiled(torch.randn(3))
+
+
+def test_environment_configures_the_backend(monkeypatch, capsys):
+    monkeypatch.setenv("HYBRID_TRT_MIN_BLOCK_SIZE", "50")
+    monkeypatch.setenv("HYBRID_TRT_PRINT_REPORT", "1")
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()).eval()
+    x = torch.randn(2, 4)
+    with torch.no_grad():
+        out = torch.compile(model, backend="hybrid_trt")(x)
+        torch.testing.assert_close(out, model(x))
+    report = hybrid_trt.last_report()
+    assert report.partitions == [] and all("min_block_size=50" in op.reason for op in report.inductor_ops)
+    assert "min_block_size=50" in capsys.readouterr().out  # the printed report
