@@ -1,0 +1,98 @@
+"""Where the per-call time of a hybrid_trt model goes, layer by layer (CPU).
+
+    python benchmarks/bench_overhead.py [--models resnet18,transformer] [--threads 2]
+
+For each model, medians of interleaved rounds of:
+  hybrid   the torch.compile'd model (Dynamo guards, AOT wrappers, Inductor's wrapper, the delegate op)
+  op       torch.ops.hybrid_trt.delegate called directly (dispatcher + partition runtime + engine)
+  engine   the ONNX Runtime engine object (contiguity, output allocation, IO binding, run)
+  raw      InferenceSession.run_with_iobinding on pre-bound buffers
+then the same hybrid model again while a whole-model ONNX Runtime session and an Inductor (freezing) model of
+the same network run in the same interleaved rounds, as in bench_models.py (thread pools of other runtimes
+in the process).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+
+def _rounds(fns: dict, rounds: int, iters: int) -> dict:
+    times = {k: [] for k in fns}
+    for fn in fns.values():
+        for _ in range(3):
+            fn()
+    for _ in range(rounds):
+        for k, fn in fns.items():
+            for _ in range(iters):
+                t0 = time.perf_counter()
+                fn()
+                times[k].append(time.perf_counter() - t0)
+    return {k: statistics.median(v) * 1e3 for k, v in times.items()}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--models", default="resnet18,detector,transformer")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--no-inductor", action="store_true", help="skip the Inductor (freezing) model (slow compile)")
+    args = ap.parse_args()
+    import torch
+    import bench_models
+    import hybrid_trt  # noqa: F401
+    from examples.models import build
+    from hybrid_trt.stitch.delegate_op import _RUNTIMES
+    bench_models.THREADS = args.threads
+    torch.set_num_threads(args.threads)
+    print(f"Machine: {bench_models.machine()}")
+    print("| model | hybrid ms | op ms | engine ms | raw session ms | hybrid - raw | hybrid (with other runtimes "
+          "interleaved) | ORT whole | Inductor freezing |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    with torch.no_grad():
+        for name in args.models.split(","):
+            model, x = build(name)
+            before = set(_RUNTIMES.keys())
+            hybrid = torch.compile(model, backend="hybrid_trt", options={"num_threads": args.threads})
+            hybrid(x)
+            runtimes = [_RUNTIMES[h] for h in sorted(set(_RUNTIMES.keys()) - before)]
+            # The first partition fed by the model input is timed alone; multi-partition models show it in
+            # hybrid - raw only.
+            rt = runtimes[0]
+            engine = rt._static_engine
+            binding, held = bench_models._bind_fresh(engine)
+            inputs = [held[i] for i in range(len(engine._inputs))]
+            fns = {
+                "hybrid": lambda: hybrid(x),
+                "op": lambda: torch.ops.hybrid_trt.delegate(rt.handle, inputs, []),
+                "engine": lambda: engine(inputs),
+                "raw": lambda: engine._session.run_with_iobinding(binding),
+            }
+            alone = _rounds(fns, args.rounds, args.iters)
+            raw_all = 0.0
+            for r in runtimes:
+                e = r._static_engine
+                b, h = bench_models._bind_fresh(e)
+                raw_all += _rounds({"raw": lambda: e._session.run_with_iobinding(b)}, args.rounds, args.iters)["raw"]
+            ort = bench_models._ort_whole(model, x)
+            mixed_fns = {"ort": lambda: ort(x), "hybrid": lambda: hybrid(x)}
+            if not args.no_inductor:
+                ind = torch.compile(model, backend="inductor", options={"freezing": True})
+                ind(x)
+                mixed_fns = {"inductor": lambda: ind(x), **mixed_fns}
+            mixed = _rounds(mixed_fns, args.rounds, args.iters)
+            print(f"| {name} ({len(runtimes)} partition(s)) | {alone['hybrid']:.3f} | {alone['op']:.3f} | "
+                  f"{alone['engine']:.3f} | {raw_all:.3f} | {alone['hybrid'] - raw_all:.3f} | "
+                  f"{mixed['hybrid']:.3f} | {mixed['ort']:.3f} | {mixed.get('inductor', float('nan')):.3f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
