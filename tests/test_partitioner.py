@@ -242,3 +242,27 @@ def test_multi_output_op_keeps_its_getitems():
     mx, = by_target(gm, aten.max.dim)
     for user in mx.users:
         assert owner[user] == owner[mx]
+
+
+def test_partitioning_a_large_graph_is_fast():
+    """2000 ops with an unsupported op every 7th: ~290 blocks. Fusing independent blocks used a graph search
+    per pair of blocks (about 45 s here); it must stay well under a second or two."""
+    import time
+
+    rng = random.Random(0)
+    choices = [rng.randrange(8) for _ in range(2000)]
+
+    def f(x, y):
+        vals = [x, y]
+        for i, back in enumerate(choices):
+            a, b = vals[-1], vals[max(0, len(vals) - 1 - back)]
+            vals.append(torch.atan2(a, b) if i % 7 == 3 else torch.add(a, b) if i % 2 else torch.relu(a))
+        return vals[-1], vals[len(vals) // 2]
+
+    gm = trace(f, torch.randn(4), torch.randn(4))
+    t0 = time.perf_counter()
+    plan = partition_graph(gm.graph, [ORT], min_block_size=1)
+    elapsed = time.perf_counter() - t0
+    assert len(plan.partitions) > 200
+    assert elapsed < 3.0, f"partitioning 2000 ops took {elapsed:.1f} s"
+    assert_plan_valid(gm, plan, [ORT])
