@@ -150,10 +150,10 @@ def _raw_session_ms(runtimes, n: int) -> dict:
 
 
 def _bind_fresh(engine):
-    """Bind new input/output buffers of the engine's signature to its IO binding; return them to keep alive."""
+    """A new IO binding of the engine's session with its own buffers (returned, to be kept alive)."""
     import torch
     from hybrid_trt.delegates.onnxruntime_delegate import _torch_dtype
-    binding, held = engine._binding, []
+    binding, held = engine._session.io_binding(), []
     for (name, shape, _np), info in zip(engine._inputs, engine._session.get_inputs()):
         t = torch.randn(shape).to(_torch_dtype(info.type))
         binding.bind_input(name, "cpu", 0, _np, shape, t.data_ptr())

@@ -27,11 +27,10 @@ def _ort():
 
 
 class OnnxRuntimeEngine(Engine):
-    __slots__ = ("_session", "_binding", "_inputs", "_outputs", "_device", "_dev_type", "_dev_id")
+    __slots__ = ("_session", "_inputs", "_outputs", "_device", "_dev_type", "_dev_id")
 
     def __init__(self, session, output_metas: Sequence[torch.Tensor], device: torch.device):
         self._session = session
-        self._binding = session.io_binding()
         self._device = device
         self._dev_type = "cuda" if device.type == "cuda" else "cpu"
         self._dev_id = device.index or 0
@@ -41,7 +40,9 @@ class OnnxRuntimeEngine(Engine):
                          for o, m in zip(session.get_outputs(), output_metas)]
 
     def __call__(self, inputs):
-        binding, dev, dev_id = self._binding, self._dev_type, self._dev_id
+        # A binding per call: it holds raw pointers to this call's buffers, so sharing one across calls (or
+        # threads) would leave it pointing at freed memory.
+        binding, dev, dev_id = self._session.io_binding(), self._dev_type, self._dev_id
         keep = [t.contiguous() for t in inputs]  # referenced until the run returns
         for (name, shape, np_dtype), t in zip(self._inputs, keep):
             binding.bind_input(name, dev, dev_id, np_dtype, shape, t.data_ptr())
