@@ -14,6 +14,14 @@ def _pair(v):
     return v * 2 if len(v) == 1 else v
 
 
+def _window(ctx, kernel, stride, padding) -> dict:
+    """ATen pooling window arguments as ONNX attributes (an empty stride means stride = kernel)."""
+    kernel = _pair(ctx.arg(kernel))
+    stride = _pair(ctx.arg(stride)) if stride else kernel
+    padding = _pair(ctx.arg(padding)) if padding is not None else [0, 0]
+    return dict(kernel_shape=kernel, strides=stride, pads=padding + padding)
+
+
 def _check_max_pool(node):
     x = node.args[0].meta.get("val")
     if x is None or x.dim() != 4:
@@ -25,12 +33,9 @@ def _check_max_pool(node):
 def lower_max_pool2d(ctx, node):
     args = list(node.args) + [None] * (6 - len(node.args))
     x, kernel, stride, padding, dilation, ceil_mode = args[:6]
-    kernel = _pair(ctx.arg(kernel))
-    stride = _pair(ctx.arg(stride)) if stride else kernel
-    padding = _pair(ctx.arg(padding)) if padding is not None else [0, 0]
     dilation = _pair(ctx.arg(dilation)) if dilation is not None else [1, 1]
-    out = ctx.op("MaxPool", ctx.input(x), kernel_shape=kernel, strides=stride, pads=padding + padding,
-                 dilations=dilation, ceil_mode=int(bool(ceil_mode)))
+    out = ctx.op("MaxPool", ctx.input(x), **_window(ctx, kernel, stride, padding), dilations=dilation,
+                 ceil_mode=int(bool(ceil_mode)))
     return (out, None)
 
 
@@ -50,11 +55,8 @@ def _check_avg_pool(node):
 def lower_avg_pool2d(ctx, node):
     args = list(node.args) + [None] * (7 - len(node.args))
     x, kernel, stride, padding, ceil_mode, count_include_pad = args[:6]
-    kernel = _pair(ctx.arg(kernel))
-    stride = _pair(ctx.arg(stride)) if stride else kernel
-    padding = _pair(ctx.arg(padding)) if padding is not None else [0, 0]
     include = True if count_include_pad is None else bool(count_include_pad)
-    return ctx.op("AveragePool", ctx.input(x), kernel_shape=kernel, strides=stride, pads=padding + padding,
+    return ctx.op("AveragePool", ctx.input(x), **_window(ctx, kernel, stride, padding),
                   count_include_pad=int(include))
 
 
