@@ -139,7 +139,8 @@ class OnnxRuntimeDelegate(Delegate):
             kind = options.onnxruntime_provider
         if kind == "cpu":
             return ["CPUExecutionProvider"]
-        # TF32 follows PyTorch's cuDNN switch (convolutions dominate these models), so precision='fp32' means the same thing on both sides of a seam.
+        # TF32 follows PyTorch's cuDNN switch (convolutions dominate these models), so precision='fp32' means the
+        # same thing on both sides of a seam.
         cuda_opts = {"device_id": device.index or 0, "use_tf32": int(torch.backends.cudnn.allow_tf32)}
         if device.type == "cuda":
             # Run on PyTorch's current stream so no extra synchronisation is needed at the seams.

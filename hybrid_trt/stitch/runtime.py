@@ -161,4 +161,5 @@ class PartitionRuntime:
 
 
 def _sig(inputs, sizes) -> str:
-    return "[" + ", ".join("x".join(map(str, t.shape)) for t in inputs) + "]" + (f" sizes={list(sizes)}" if sizes else "")
+    shapes = "[" + ", ".join("x".join(map(str, t.shape)) for t in inputs) + "]"
+    return shapes + (f" sizes={list(sizes)}" if sizes else "")
