@@ -108,15 +108,13 @@ def _(indices, spatial_shape, kernel_size, dilation):
 # --------------------------------------------------------------------------
 
 
-def _strided_impl(indices, spatial_shape, kernel_size, stride, padding, dilation, search):
+def _strided_impl(indices, spatial_shape, kernel_size, stride, padding, dilation):
     ks, st = triple(kernel_size, "kernel_size"), triple(stride, "stride")
     pad, dil = triple(padding, "padding"), triple(dilation, "dilation")
     _check_indices(indices, "sparse_rulebook_strided")
     _check_geometry(spatial_shape, ks, st, pad, dil, "sparse_rulebook_strided")
     out_shape = conv_output_shape(spatial_shape, ks, st, pad, dil)
-    out_indices = reference.strided_out_indices(indices, out_shape, ks, st, pad, dil)
-    nbr = search(out_indices, indices, spatial_shape, ks, st, pad, dil)
-    return out_indices, nbr
+    return reference.strided_rulebook(indices, out_shape, ks, st, pad, dil)
 
 
 @torch.library.custom_op("hybrid_trt::sparse_rulebook_strided", mutates_args=())
@@ -130,13 +128,7 @@ def sparse_rulebook_strided(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Output sites (sorted by (b, z, y, x)) and neighbour map of a regular
     sparse conv. The number of output sites depends on the data."""
-    return _strided_impl(indices, spatial_shape, kernel_size, stride, padding, dilation, reference.neighbor_map)
-
-
-@sparse_rulebook_strided.register_kernel("cuda")
-def _(indices, spatial_shape, kernel_size, stride, padding, dilation):
-    search = reference.neighbor_map if _FORCE_TORCH else _triton().neighbor_search
-    return _strided_impl(indices, spatial_shape, kernel_size, stride, padding, dilation, search)
+    return _strided_impl(indices, spatial_shape, kernel_size, stride, padding, dilation)
 
 
 @sparse_rulebook_strided.register_fake

@@ -87,6 +87,41 @@ def strided_out_indices(
     return unhash_coords(torch.unique(key[ok]), out_spatial_shape)
 
 
+def strided_rulebook(
+    in_indices: torch.Tensor,
+    out_spatial_shape: Sequence[int],
+    kernel_size: Triple,
+    stride: Triple,
+    padding: Triple,
+    dilation: Triple,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Output sites and neighbour map of a strided conv in one pass.
+
+    Every valid (input row, kernel offset) pair names its output site; ``unique(return_inverse=True)`` numbers
+    the sites (sorted by key, as ``strided_out_indices``), and since input and output sites pair one to one
+    for a fixed offset, a single scatter fills the map. No second hash-and-search over [M, K] sites.
+    """
+    device = in_indices.device
+    K = kernel_size[0] * kernel_size[1] * kernel_size[2]
+    if in_indices.shape[0] == 0:
+        return (torch.empty((0, 4), dtype=torch.int32, device=device),
+                torch.empty((0, K), dtype=torch.int32, device=device))
+    offsets = kernel_offsets(kernel_size, device)
+    key = in_indices[:, :1].long()
+    ok = None
+    for axis in range(3):
+        num = in_indices[:, axis + 1, None].long() + padding[axis] - offsets[None, :, axis] * dilation[axis]
+        out = torch.div(num, stride[axis], rounding_mode="floor")
+        valid = (num >= 0) & (out * stride[axis] == num) & (out < out_spatial_shape[axis])
+        ok = valid if ok is None else ok & valid
+        key = key * int(out_spatial_shape[axis]) + out
+    rows, offs = ok.nonzero(as_tuple=True)  # row-major, the order of key[ok]
+    sites, site_of_pair = torch.unique(key[rows, offs], return_inverse=True)
+    nbr = torch.full((sites.shape[0], K), -1, dtype=torch.int32, device=device)
+    nbr[site_of_pair, offs] = rows.to(torch.int32)
+    return unhash_coords(sites, out_spatial_shape), nbr
+
+
 def transpose_neighbor_map(nbr: torch.Tensor, num_in: int) -> torch.Tensor:
     """Rulebook of the inverse conv: ``nbr_t[i, k] = m`` iff ``nbr[m, k] = i``.
     Exact because, for a fixed offset, input and output sites pair one to one."""
