@@ -11,6 +11,8 @@ import os
 from typing import Any, Mapping, Optional
 
 ENV_PREFIX = "HYBRID_TRT_"
+# Variables of plugins, read by the plugins themselves (e.g. HYBRID_TRT_SPARSE_AUTOTUNE); not backend options.
+PLUGIN_ENV_PREFIXES = ("HYBRID_TRT_SPARSE_",)
 PRECISIONS = ("fp32", "fp16", "bf16")
 ORT_PROVIDERS = ("auto", "cpu", "cuda", "tensorrt")
 
@@ -138,7 +140,7 @@ def from_env(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     environ = os.environ if environ is None else environ
     found = {}
     for name, value in environ.items():
-        if not name.startswith(ENV_PREFIX):
+        if not name.startswith(ENV_PREFIX) or name.startswith(PLUGIN_ENV_PREFIXES):
             continue
         key = name[len(ENV_PREFIX):].lower()
         if key not in valid_keys():
