@@ -176,3 +176,11 @@ def test_environment_configures_the_backend(monkeypatch, capsys):
     report = hybrid_trt.last_report()
     assert report.partitions == [] and all("min_block_size=50" in op.reason for op in report.inductor_ops)
     assert "min_block_size=50" in capsys.readouterr().out  # the printed report
+
+
+def test_plugin_variables_are_not_backend_options():
+    # The sparse plugin reads HYBRID_TRT_SPARSE_* itself; the backend must not reject them as unknown options.
+    opts = make_options({}, environ={"HYBRID_TRT_SPARSE_AUTOTUNE": "0", "HYBRID_TRT_MIN_BLOCK_SIZE": "4"})
+    assert opts.min_block_size == 4
+    with pytest.raises(ValueError, match="HYBRID_TRT_SPARSE"):
+        make_options({}, environ={"HYBRID_TRT_SPARSEAUTOTUNE": "0"})
