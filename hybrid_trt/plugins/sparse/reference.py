@@ -58,6 +58,24 @@ def neighbor_map(
     return torch.where(found, perm[loc], -1).to(torch.int32)
 
 
+def _strided_pairs(in_indices, out_spatial_shape, kernel_size, stride, padding, dilation):
+    """Output-site key of every (input row, kernel offset) pair, and which pairs land on a valid output site.
+
+    One axis at a time with Python-int geometry: no [N, K, 3] int64 temporaries, and no host-to-device copies
+    of the geometry (each of those synchronises the CUDA stream).
+    """
+    offsets = kernel_offsets(kernel_size, in_indices.device)
+    key = in_indices[:, :1].long()  # [N, 1], batch
+    ok = None
+    for axis in range(3):
+        num = in_indices[:, axis + 1, None].long() + padding[axis] - offsets[None, :, axis] * dilation[axis]
+        out = torch.div(num, stride[axis], rounding_mode="floor")
+        valid = (num >= 0) & (out * stride[axis] == num) & (out < out_spatial_shape[axis])
+        ok = valid if ok is None else ok & valid
+        key = key * int(out_spatial_shape[axis]) + out  # same key as hash_coords
+    return key, ok
+
+
 def strided_out_indices(
     in_indices: torch.Tensor,
     out_spatial_shape: Sequence[int],
@@ -69,21 +87,9 @@ def strided_out_indices(
     """Active output sites of a regular (strided) sparse conv: every output
     whose receptive field holds at least one active input. Sorted by key,
     so the output order is deterministic and spatially coherent."""
-    device = in_indices.device
     if in_indices.shape[0] == 0:
-        return torch.empty((0, 4), dtype=torch.int32, device=device)
-    offsets = kernel_offsets(kernel_size, device)
-    # One axis at a time with Python-int geometry: no [N, K, 3] int64
-    # temporaries, and no host-to-device copies of the geometry (each of those
-    # synchronises the CUDA stream).
-    key = in_indices[:, :1].long()  # [N, 1], batch
-    ok = None
-    for axis in range(3):
-        num = in_indices[:, axis + 1, None].long() + padding[axis] - offsets[None, :, axis] * dilation[axis]
-        out = torch.div(num, stride[axis], rounding_mode="floor")
-        valid = (num >= 0) & (out * stride[axis] == num) & (out < out_spatial_shape[axis])
-        ok = valid if ok is None else ok & valid
-        key = key * int(out_spatial_shape[axis]) + out  # same key as hash_coords
+        return torch.empty((0, 4), dtype=torch.int32, device=in_indices.device)
+    key, ok = _strided_pairs(in_indices, out_spatial_shape, kernel_size, stride, padding, dilation)
     return unhash_coords(torch.unique(key[ok]), out_spatial_shape)
 
 
@@ -106,15 +112,7 @@ def strided_rulebook(
     if in_indices.shape[0] == 0:
         return (torch.empty((0, 4), dtype=torch.int32, device=device),
                 torch.empty((0, K), dtype=torch.int32, device=device))
-    offsets = kernel_offsets(kernel_size, device)
-    key = in_indices[:, :1].long()
-    ok = None
-    for axis in range(3):
-        num = in_indices[:, axis + 1, None].long() + padding[axis] - offsets[None, :, axis] * dilation[axis]
-        out = torch.div(num, stride[axis], rounding_mode="floor")
-        valid = (num >= 0) & (out * stride[axis] == num) & (out < out_spatial_shape[axis])
-        ok = valid if ok is None else ok & valid
-        key = key * int(out_spatial_shape[axis]) + out
+    key, ok = _strided_pairs(in_indices, out_spatial_shape, kernel_size, stride, padding, dilation)
     rows, offs = ok.nonzero(as_tuple=True)  # row-major, the order of key[ok]
     sites, site_of_pair = torch.unique(key[rows, offs], return_inverse=True)
     nbr = torch.full((sites.shape[0], K), -1, dtype=torch.int32, device=device)
