@@ -73,6 +73,7 @@ class PartitionRuntime:
             raise DelegateBuildError(f"lowering failed: {e}") from e
         t1 = time.perf_counter()
         metas = output_metas(self.module, shapes, dtypes, sizes)
+        logger.info("hybrid_trt: %s: building %s engine for [%s] ...", self.name, self.delegate.name, signature)
         try:
             engine = self.delegate.build(model, metas, self.device, self.options)
         except Exception as e:
