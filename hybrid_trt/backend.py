@@ -106,7 +106,7 @@ def _hybrid_graph(gm: fx.GraphModule, aot_inputs, weights: dict, n_dynamo_inputs
                 logger.warning("hybrid_trt: partition %d (%s, %d ops) falls back to Inductor: %s", k,
                                part.delegate, part.op_count, e)
                 for n in part.nodes:
-                    if n.op == "call_function" and not _is_tuple_item(n):
+                    if classify(n) is NodeKind.OP:
                         reasons[n] = f"build failed ({part.delegate})"
                 continue
         delegated.append(_Delegated(part.nodes, ex, runtime.handle, runtime))
@@ -165,11 +165,6 @@ def _decompose_for_inductor(gm: fx.GraphModule, aot_inputs) -> fx.GraphModule:
         table = {**select_decomp_table(), **INDUCTOR_DECOMPOSITIONS}
         return make_fx(gm, decomposition_table=table, tracing_mode="real",
                        _allow_non_fake_inputs=False)(*aot_inputs)
-
-
-def _is_tuple_item(n) -> bool:
-    import operator
-    return n.target is operator.getitem
 
 
 def _is_symbolic(meta) -> bool:

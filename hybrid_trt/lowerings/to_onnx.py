@@ -50,6 +50,14 @@ def specialise(module: fx.GraphModule, input_shapes: Sequence, input_dtypes: Seq
 
 def lower_to_onnx(module: fx.GraphModule, input_shapes: Sequence, input_dtypes: Sequence,
                   sizes: Sequence[int] = (), custom_domains: dict[str, int] | None = None) -> onnx.ModelProto:
+    return lower_partition(module, input_shapes, input_dtypes, sizes, custom_domains)[0]
+
+
+def lower_partition(module: fx.GraphModule, input_shapes: Sequence, input_dtypes: Sequence,
+                    sizes: Sequence[int] = (), custom_domains: dict[str, int] | None = None
+                    ) -> tuple[onnx.ModelProto, list[torch.Tensor]]:
+    """The ONNX model of the partition for one input signature, and its output metas (shape and dtype), from
+    one specialisation pass."""
     values = specialise(module, input_shapes, input_dtypes, sizes)
     ctx = LoweringContext(values)
     graph_inputs, graph_outputs = [], []
@@ -92,10 +100,6 @@ def lower_to_onnx(module: fx.GraphModule, input_shapes: Sequence, input_dtypes: 
     graph = helper.make_graph(ctx.nodes, "hybrid_trt_partition", graph_inputs, graph_outputs,
                               initializer=ctx.initializers)
     opsets = [helper.make_opsetid(d, v) for d, v in domains.items()]
-    return helper.make_model(graph, opset_imports=opsets, ir_version=8, producer_name="hybrid_trt")
-
-
-def output_metas(module: fx.GraphModule, input_shapes, input_dtypes, sizes=()) -> list[torch.Tensor]:
-    values = specialise(module, input_shapes, input_dtypes, sizes)
+    model = helper.make_model(graph, opset_imports=opsets, ir_version=8, producer_name="hybrid_trt")
     out = next(n for n in module.graph.nodes if n.op == "output")
-    return [values[o] for o in out.args[0]]
+    return model, [values[o] for o in out.args[0]]

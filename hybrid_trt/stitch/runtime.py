@@ -12,8 +12,7 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from ..delegates import Engine, get_delegate
 from ..log import logger
-from ..lowerings import lower_to_onnx
-from ..lowerings.to_onnx import output_metas
+from ..lowerings.to_onnx import lower_partition
 from ..report import EngineRecord, PartitionReport
 from .delegate_op import register_runtime
 
@@ -54,25 +53,22 @@ class PartitionRuntime:
         """Build the single engine of a static partition now, so failures surface at compile time."""
         shapes = [tuple(int(s) for s in m.shape) for m in input_metas]
         dtypes = [m.dtype for m in input_metas]
-        with unset_fake_temporarily():
-            metas = output_metas(self.module, shapes, dtypes)
+        self._static_engine, metas = self._build(shapes, dtypes, ())
         self._static_outputs = [(tuple(o.shape), o.dtype) for o in metas]
-        self._static_engine = self._build(shapes, dtypes, ())
 
-    def _build(self, shapes, dtypes, sizes) -> Engine:
+    def _build(self, shapes, dtypes, sizes) -> tuple[Engine, list]:
         # Compile-time builds happen while Dynamo's fake mode is active; lowering needs the real weights.
         with unset_fake_temporarily():
             return self._build_real(shapes, dtypes, sizes)
 
-    def _build_real(self, shapes, dtypes, sizes) -> Engine:
+    def _build_real(self, shapes, dtypes, sizes) -> tuple[Engine, list]:
         signature = ", ".join("x".join(map(str, s)) for s in shapes) + (f" sizes={list(sizes)}" if sizes else "")
         t0 = time.perf_counter()
         try:
-            model = lower_to_onnx(self.module, shapes, dtypes, sizes)
+            model, metas = lower_partition(self.module, shapes, dtypes, sizes)
         except Exception as e:
             raise DelegateBuildError(f"lowering failed: {e}") from e
         t1 = time.perf_counter()
-        metas = output_metas(self.module, shapes, dtypes, sizes)
         logger.info("hybrid_trt: %s: building %s engine for [%s] ...", self.name, self.delegate.name, signature)
         try:
             engine = self.delegate.build(model, metas, self.device, self.options)
@@ -83,7 +79,7 @@ class PartitionRuntime:
         self.report.engines.append(EngineRecord(signature, t1 - t0, t2 - t1))
         logger.info("hybrid_trt: %s engine %d built for [%s] in %.2f s (lowering %.2f s)", self.name, self._built,
                     signature, t2 - t0, t1 - t0)
-        return engine
+        return engine, metas
 
     # -- fake (shape propagation during tracing and Inductor lowering) ----------------------------------------
     def fake(self, inputs, sizes):
@@ -113,19 +109,22 @@ class PartitionRuntime:
                 "runs through Inductor")
             logger.warning("hybrid_trt: %s reached max_engines_per_partition=%d; shape %s runs through Inductor",
                            self.name, self.options.max_engines_per_partition, _sig(inputs, sizes))
-            self._engines[key] = self._inductor_runner()
-            return self._engines[key](inputs, sizes)
+            return self._route_to_inductor(key, inputs, sizes)
         try:
-            engine = self._build([tuple(t.shape) for t in inputs], [t.dtype for t in inputs], tuple(sizes))
+            engine, _ = self._build([tuple(t.shape) for t in inputs], [t.dtype for t in inputs], tuple(sizes))
             outs = engine(inputs)
         except Exception as e:
             if self.options.strict:
                 raise
             self._fall_back(f"shape {_sig(inputs, sizes)}: {e}")
-            self._engines[key] = self._inductor_runner()
-            return self._engines[key](inputs, sizes)
+            return self._route_to_inductor(key, inputs, sizes)
         self._engines[key] = lambda ins, _sizes, engine=engine: engine(ins)
         return outs
+
+    def _route_to_inductor(self, key, inputs, sizes):
+        """This shape signature runs through the partition's Inductor fallback from now on."""
+        self._engines[key] = self._inductor_runner()
+        return self._engines[key](inputs, sizes)
 
     def _fall_back(self, why: str) -> None:
         self.report.events.append(f"fell back to Inductor: {why}")
