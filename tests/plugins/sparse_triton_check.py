@@ -17,7 +17,8 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import torch  # noqa: E402
 
 from hybrid_trt.plugins.sparse import reference as R  # noqa: E402
-from hybrid_trt.plugins.sparse import triton_kernels as T  # noqa: E402
+from hybrid_trt.plugins.sparse import triton_gemm as G  # noqa: E402
+from hybrid_trt.plugins.sparse import triton_rulebook as T  # noqa: E402
 from hybrid_trt.plugins.sparse.geometry import conv_output_shape, subm_padding  # noqa: E402
 from sparse_dense_ref import random_cloud  # noqa: E402
 
@@ -50,14 +51,17 @@ def check(device: str) -> int:
                 out_shape = conv_output_shape(shape, ks, st, pad, dil)
             except ValueError:
                 continue
-            out_idx = R.strided_out_indices(indices, out_shape, ks, st, pad, dil)
-            ref_nbr = R.neighbor_map(out_idx, indices, shape, ks, st, pad, dil)
+            out_idx, ref_nbr = R.strided_rulebook(indices, out_shape, ks, st, pad, dil)
+            got_idx, got_nbr = T.strided_rulebook(indices, out_shape, ks, st, pad, dil)
+            ok_s = torch.equal(got_idx, out_idx) and torch.equal(got_nbr, ref_nbr)
             nbr = T.neighbor_search(out_idx, indices, shape, ks, st, pad, dil)
             ok = torch.equal(nbr, ref_nbr)
             ref_t = R.transpose_neighbor_map(ref_nbr, indices.shape[0])
             ok_t = torch.equal(T.transpose_neighbor_map(ref_nbr, indices.shape[0]), ref_t)
-            print(f"{device} {cname} {gname} rulebook M={out_idx.shape[0]} search={ok} transpose={ok_t}")
-            failures += (not ok) + (not ok_t)
+            ok_o = torch.equal(T.mask_order(ref_nbr), R.mask_order(ref_nbr))
+            print(f"{device} {cname} {gname} rulebook M={out_idx.shape[0]} strided={ok_s} search={ok} "
+                  f"transpose={ok_t} order={ok_o}")
+            failures += (not ok_s) + (not ok) + (not ok_t) + (not ok_o)
             # Wide channels only on the random cloud: the interpreter is slow.
             wide = cname == "random" and gname in ("subm3", "down")
             for c_in, c_out in CHANNELS if wide else CHANNELS[:1]:
@@ -71,15 +75,43 @@ def check(device: str) -> int:
                         want = R.conv_compute(*args).float()
                         # Row schedules: none, the mask sort, a random permutation.
                         order = [None, R.mask_order(ref_nbr), torch.randperm(ref_nbr.shape[0]).to(device, torch.int32)]
-                        got = T.conv_compute(*args, order=order[(c_in + int(b is None)) % 3])
+                        got = G.conv_compute(*args, order=order[(c_in + int(b is None)) % 3])
                         scale = 1.0 + (want.abs().max().item() if want.numel() else 0.0)
                         err = (got.float() - want).abs().max().item() if want.numel() else 0.0
                         good = got.dtype == dtype and got.shape == want.shape and err <= tol[dtype] * scale
                         failures += not good
                         if not good or cname == "random":
                             print(f"  compute {c_in}->{c_out} {dtype} bias={b is not None} max_err={err:.3g} ok={good}")
+    failures += check_wide_keys(device)
     print("FAILURES", failures)
     return failures
+
+
+def check_wide_keys(device: str) -> int:
+    """Strided rulebooks whose keys do not fit int32: through the overflow
+    flag (one sample's grid fits, a high batch index does not) and straight
+    to int64 (one sample's grid alone is too big); and a 5x5x5 kernel, whose
+    row order sorts by neighbour count rather than bitmask."""
+    failures = 0
+    cases = [
+        ("batch overflow", torch.tensor([[0, 3, 5, 7], [21, 1000, 20, 1023], [21, 1001, 20, 1022]]),
+         (1024, 1024, 1024), (3, 3, 3), (2, 2, 2), (1, 1, 1)),
+        ("int64 grid", torch.tensor([[0, 0, 0, 0], [1, 4095, 2047, 511], [1, 4094, 2047, 511]]),
+         (4096, 2048, 512), (1, 2, 1), (1, 1, 1), (0, 1, 0)),
+    ]
+    for name, indices, shape, ks, st, pad in cases:
+        indices = indices.to(device, torch.int32)
+        out_shape = conv_output_shape(shape, ks, st, pad, (1, 1, 1))
+        want = R.strided_rulebook(indices, out_shape, ks, st, pad, (1, 1, 1))
+        got = T.strided_rulebook(indices, out_shape, ks, st, pad, (1, 1, 1))
+        ok = all(torch.equal(a, b) for a, b in zip(got, want))
+        print(f"{device} {name} strided M={want[0].shape[0]} ok={ok}")
+        failures += not ok
+    _, indices = random_cloud(1, (6, 6, 6), 0.3, 1, seed=3)
+    nbr = R.neighbor_map(indices.to(device), indices.to(device), (6, 6, 6), (5, 5, 5), (1, 1, 1), (2, 2, 2), (1, 1, 1))
+    ok = torch.equal(T.mask_order(nbr), R.mask_order(nbr))
+    print(f"{device} order 5x5x5 ok={ok}")
+    return failures + (not ok)
 
 
 def check_modules_on(device: str) -> int:

@@ -22,7 +22,7 @@ class AotKernel:
 
 def gemm_tiles(c_in: int, c_out: int) -> dict:
     # Same choice as the JIT launcher, so AOT and JIT kernels behave alike.
-    from .triton_kernels import gemm_config
+    from .triton_gemm import gemm_config
 
     cfg = gemm_config(1 << 20, c_in, c_out)
     cfg.setdefault("num_warps", 4)
@@ -38,7 +38,7 @@ def compile_conv_kernel(dtype: str, kernel_volume: int, c_in: int, c_out: int, c
     import triton
     from triton.backends.compiler import GPUTarget
 
-    from .triton_kernels import _implicit_gemm_kernel
+    from .triton_gemm import _implicit_gemm_kernel
 
     cfg = gemm_tiles(c_in, c_out)
     ptr = _TYPES[dtype]

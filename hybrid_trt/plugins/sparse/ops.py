@@ -37,10 +37,16 @@ log = logging.getLogger("hybrid_trt")
 _FORCE_TORCH = os.environ.get("HYBRID_TRT_SPARSE_TORCH_ONLY", "0") == "1"
 
 
-def _triton():
-    from . import triton_kernels
+def _rulebook_kernels():
+    from . import triton_rulebook
 
-    return triton_kernels
+    return triton_rulebook
+
+
+def _gemm_kernels():
+    from . import triton_gemm
+
+    return triton_gemm
 
 
 def _check_indices(indices: torch.Tensor, op: str) -> None:
@@ -94,7 +100,7 @@ def _(indices, spatial_shape, kernel_size, dilation):
     _check_geometry(spatial_shape, ks, (1, 1, 1), (0, 0, 0), dil, "sparse_rulebook_subm")
     if _FORCE_TORCH:
         return reference.neighbor_map(indices, indices, spatial_shape, ks, (1, 1, 1), subm_padding(ks, dil), dil)
-    return _triton().neighbor_search(indices, indices, spatial_shape, ks, (1, 1, 1), subm_padding(ks, dil), dil)
+    return _rulebook_kernels().neighbor_search(indices, indices, spatial_shape, ks, (1, 1, 1), subm_padding(ks, dil), dil)
 
 
 @sparse_rulebook_subm.register_fake
@@ -108,13 +114,12 @@ def _(indices, spatial_shape, kernel_size, dilation):
 # --------------------------------------------------------------------------
 
 
-def _strided_impl(indices, spatial_shape, kernel_size, stride, padding, dilation):
+def _strided_geometry(indices, spatial_shape, kernel_size, stride, padding, dilation):
     ks, st = triple(kernel_size, "kernel_size"), triple(stride, "stride")
     pad, dil = triple(padding, "padding"), triple(dilation, "dilation")
     _check_indices(indices, "sparse_rulebook_strided")
     _check_geometry(spatial_shape, ks, st, pad, dil, "sparse_rulebook_strided")
-    out_shape = conv_output_shape(spatial_shape, ks, st, pad, dil)
-    return reference.strided_rulebook(indices, out_shape, ks, st, pad, dil)
+    return conv_output_shape(spatial_shape, ks, st, pad, dil), ks, st, pad, dil
 
 
 @torch.library.custom_op("hybrid_trt::sparse_rulebook_strided", mutates_args=())
@@ -128,7 +133,15 @@ def sparse_rulebook_strided(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Output sites (sorted by (b, z, y, x)) and neighbour map of a regular
     sparse conv. The number of output sites depends on the data."""
-    return _strided_impl(indices, spatial_shape, kernel_size, stride, padding, dilation)
+    return reference.strided_rulebook(indices, *_strided_geometry(indices, spatial_shape, kernel_size, stride, padding, dilation))
+
+
+@sparse_rulebook_strided.register_kernel("cuda")
+def _(indices, spatial_shape, kernel_size, stride, padding, dilation):
+    geometry = _strided_geometry(indices, spatial_shape, kernel_size, stride, padding, dilation)
+    if _FORCE_TORCH:
+        return reference.strided_rulebook(indices, *geometry)
+    return _rulebook_kernels().strided_rulebook(indices, *geometry)
 
 
 @sparse_rulebook_strided.register_fake
@@ -156,7 +169,7 @@ def sparse_rulebook_transpose(nbr: torch.Tensor, num_in: int) -> torch.Tensor:
 def _(nbr, num_in):
     if _FORCE_TORCH:
         return reference.transpose_neighbor_map(nbr, num_in)
-    return _triton().transpose_neighbor_map(nbr, num_in)
+    return _rulebook_kernels().transpose_neighbor_map(nbr, num_in)
 
 
 @sparse_rulebook_transpose.register_fake
@@ -175,6 +188,13 @@ def sparse_rulebook_order(nbr: torch.Tensor) -> torch.Tensor:
     Computed once per rulebook and cached with it; any permutation of
     ``range(M)`` gives the same result."""
     return reference.mask_order(nbr)
+
+
+@sparse_rulebook_order.register_kernel("cuda")
+def _(nbr):
+    if _FORCE_TORCH:
+        return reference.mask_order(nbr)
+    return _rulebook_kernels().mask_order(nbr)
 
 
 @sparse_rulebook_order.register_fake
@@ -235,7 +255,7 @@ def _(features, weight, nbr, bias, order=None):
     _check_compute(features, weight, nbr, bias, order)
     if _FORCE_TORCH:
         return reference.conv_compute(features, weight, nbr, bias)
-    return _triton().conv_compute(features, weight, nbr, bias, order)
+    return _gemm_kernels().conv_compute(features, weight, nbr, bias, order)
 
 
 @sparse_conv_compute.register_fake

@@ -27,7 +27,7 @@ import tensorrt as trt
 import tensorrt.plugin as trtp
 import torch
 
-from . import aot, ops, triton_kernels
+from . import aot, ops, triton_gemm
 from .lowering import PLUGIN_NAMESPACE
 
 CONV = f"{PLUGIN_NAMESPACE}::SparseConv3d"
@@ -77,7 +77,7 @@ def _conv_impl(
     stream: int,
 ) -> None:
     with torch.cuda.stream(torch.cuda.ExternalStream(stream)):
-        triton_kernels.conv_compute_kcc(
+        triton_gemm.conv_compute_kcc(
             _torch(features), _torch(weight), _torch(nbr), _torch(bias), _torch(outputs[0]), _torch(order)
         )
 

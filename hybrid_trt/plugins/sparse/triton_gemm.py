@@ -1,21 +1,15 @@
-"""Triton kernels for the CUDA implementations of the sparse ops.
+"""Triton implicit-GEMM kernel of ``sparse_conv_compute`` (CUDA).
+
+Each program owns a BLOCK_M x BLOCK_N output tile, walks the K kernel
+offsets, gathers the BLOCK_M input rows each offset reads (masked where
+inactive) and accumulates A @ W[k] in fp32. Offsets with no active
+neighbour in the tile are skipped, which is most of them in SubM layers.
 
 Imported lazily (first CUDA call, or explicitly by tests) because Triton's
 interpreter (``TRITON_INTERPRET=1``) must be enabled before ``@triton.jit``
 runs. The launchers take plain tensors on any device Triton can run on, so
-the interpreter tests drive them with CPU tensors.
-
-Kernels:
-  * ``neighbor_search``: for every (output site, kernel offset) compute the
-    input coordinate, bounds-check it and binary-search its key in the
-    sorted input keys. Covers SubM (stride 1, centred padding) and strided
-    convs with one kernel.
-  * ``transpose_neighbor_map``: scatter the inverse-conv rulebook.
-  * ``conv_compute``: implicit GEMM over the neighbour map. Each program
-    owns a BLOCK_M x BLOCK_N output tile, walks the K kernel offsets, gathers
-    the BLOCK_M input rows each offset reads (masked where inactive) and
-    accumulates A @ W[k] in fp32. Offsets with no active neighbour in the
-    tile are skipped, which is most of them in SubM layers.
+the interpreter tests drive them with CPU tensors. The same kernel is
+compiled ahead of time for the TensorRT plugin (aot.py).
 """
 
 from __future__ import annotations
@@ -26,58 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .geometry import Triple
-
 _INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
-
-
-@triton.jit
-def _neighbor_search_kernel(
-    out_idx_ptr, sorted_keys_ptr, perm_ptr, nbr_ptr,
-    total, N, n_iter,
-    D, H, W,
-    SZ, SY, SX, PZ, PY, PX, DZ, DY, DX,
-    KY: tl.constexpr, KX: tl.constexpr, K: tl.constexpr,
-    BLOCK: tl.constexpr,
-):
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < total
-    m = offs // K
-    k = offs % K
-    kz = k // (KY * KX)
-    ky = (k // KX) % KY
-    kx = k % KX
-    b = tl.load(out_idx_ptr + m * 4 + 0, mask=mask, other=0).to(tl.int64)
-    z = tl.load(out_idx_ptr + m * 4 + 1, mask=mask, other=0).to(tl.int64) * SZ - PZ + kz * DZ
-    y = tl.load(out_idx_ptr + m * 4 + 2, mask=mask, other=0).to(tl.int64) * SY - PY + ky * DY
-    x = tl.load(out_idx_ptr + m * 4 + 3, mask=mask, other=0).to(tl.int64) * SX - PX + kx * DX
-    ok = mask & (z >= 0) & (z < D) & (y >= 0) & (y < H) & (x >= 0) & (x < W)
-    key = ((b * D + z) * H + y) * W + x
-
-    # Branch-free lower_bound: every lane runs n_iter = ceil(log2(N + 1)) steps.
-    lo = tl.zeros([BLOCK], dtype=tl.int64)
-    hi = tl.zeros([BLOCK], dtype=tl.int64) + N
-    for _ in range(n_iter):
-        active = lo < hi
-        mid = (lo + hi) // 2
-        v = tl.load(sorted_keys_ptr + mid, mask=ok & active, other=0)
-        right = v < key
-        lo = tl.where(active & right, mid + 1, lo)
-        hi = tl.where(active & (~right), mid, hi)
-    hit_ok = ok & (lo < N)
-    hit = hit_ok & (tl.load(sorted_keys_ptr + lo, mask=hit_ok, other=-1) == key)
-    row = tl.load(perm_ptr + lo, mask=hit, other=-1)
-    tl.store(nbr_ptr + offs, tl.where(hit, row, -1).to(tl.int32), mask=mask)
-
-
-@triton.jit
-def _transpose_kernel(nbr_ptr, nbr_t_ptr, total, K: tl.constexpr, BLOCK: tl.constexpr):
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < total
-    i = tl.load(nbr_ptr + offs, mask=mask, other=-1).to(tl.int64)
-    m = (offs // K).to(tl.int32)
-    k = offs % K
-    tl.store(nbr_t_ptr + i * K + k, m, mask=mask & (i >= 0))
 
 
 # Parameter order is (input pointers, scalars, output pointer): the calling
@@ -133,57 +76,6 @@ def _implicit_gemm_kernel(
         acc += tl.load(bias_ptr + rn, mask=n_mask, other=0.0).to(tl.float32)[None, :]
     out_ptrs = out_ptr + rm[:, None] * COUT + rn[None, :]
     tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=m_mask[:, None] & n_mask[None, :])
-
-
-def _sorted_keys(indices: torch.Tensor, spatial_shape) -> tuple[torch.Tensor, torch.Tensor]:
-    from .reference import sort_keys
-
-    return sort_keys(indices, spatial_shape)
-
-
-def neighbor_search(
-    out_indices: torch.Tensor,
-    in_indices: torch.Tensor,
-    in_spatial_shape,
-    kernel_size: Triple,
-    stride: Triple,
-    padding: Triple,
-    dilation: Triple,
-) -> torch.Tensor:
-    K = kernel_size[0] * kernel_size[1] * kernel_size[2]
-    M, N = out_indices.shape[0], in_indices.shape[0]
-    nbr = torch.empty((M, K), dtype=torch.int32, device=out_indices.device)
-    if M == 0:
-        return nbr
-    if N == 0:
-        return nbr.fill_(-1)
-    # Sorting stays with torch (CUB radix sort on CUDA); the search is ours.
-    sorted_keys, perm = _sorted_keys(in_indices, in_spatial_shape)
-    perm = perm.to(torch.int32)
-    total = M * K
-    BLOCK = 256
-    grid = (triton.cdiv(total, BLOCK),)
-    D, H, W = (int(s) for s in in_spatial_shape)
-    _neighbor_search_kernel[grid](
-        out_indices.contiguous(), sorted_keys, perm, nbr,
-        total, N, int(N).bit_length(),
-        D, H, W,
-        *stride, *padding, *dilation,
-        KY=kernel_size[1], KX=kernel_size[2], K=K,
-        BLOCK=BLOCK,
-    )
-    return nbr
-
-
-def transpose_neighbor_map(nbr: torch.Tensor, num_in: int) -> torch.Tensor:
-    M, K = nbr.shape
-    nbr_t = torch.full((num_in, K), -1, dtype=torch.int32, device=nbr.device)
-    total = M * K
-    if total == 0 or num_in == 0:
-        return nbr_t
-    BLOCK = 256
-    _transpose_kernel[(triton.cdiv(total, BLOCK),)](nbr.contiguous(), nbr_t, total, K=K, BLOCK=BLOCK)
-    return nbr_t
 
 
 def _pow2_clamp(n: int, lo: int, hi: int) -> int:
