@@ -149,7 +149,7 @@ def end_to_end(modes: list[str], rows: list, on_row=lambda: None) -> None:
                     fn = model
                     row["compile_s"] = 0.0
                 else:
-                    import hybrid_trt  # noqa: F401  (registers the backend)
+                    import hybrid_trt  # registers the backend
 
                     torch._dynamo.reset()
                     # Explicit for torch versions where fullgraph alone does not
@@ -162,6 +162,12 @@ def end_to_end(modes: list[str], rows: list, on_row=lambda: None) -> None:
                     row["compile_s"] = time.perf_counter() - t0
                     lidar_detector.compare_detections(expected, out, atol=2e-2, rtol=2e-2)
                     row["matches_eager"] = True
+                    if mode == "hybrid_trt":
+                        report = hybrid_trt.last_report()
+                        print(report.table(), flush=True)
+                        total = report.delegated_op_count + len(report.inductor_ops)
+                        parts = sum(p.status == "delegated" for p in report.partitions)
+                        row["delegated"] = f"{report.delegated_op_count}/{total} ops, {parts} partition(s)"
                 row["ms"] = cuda_time_ms(lambda: fn(feats, coords), warmup=3, iters=20)
             except Exception as e:  # noqa: BLE001 - reported in the table, run continues
                 row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
@@ -169,6 +175,14 @@ def end_to_end(modes: list[str], rows: list, on_row=lambda: None) -> None:
             rows.append(row)
             print(row, flush=True)
             on_row()
+
+
+def _onnxruntime_version() -> str:
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return "onnxruntime not installed"
+    return f"onnxruntime {ort.__version__} ({', '.join(ort.get_available_providers())})"
 
 
 def to_markdown(layer_rows, e2e_rows, n_voxels) -> str:
@@ -179,7 +193,8 @@ def to_markdown(layer_rows, e2e_rows, n_voxels) -> str:
         f"# Sparse conv benchmark ({dev})",
         "",
         f"torch {torch.__version__}, triton {triton.__version__}, Python {platform.python_version()}, "
-        f"spconv-triton {'present' if spt is not None else 'not installed'}. fp16, batch 1, grid 41x1600x1408, "
+        f"spconv-triton {'present' if spt is not None else 'not installed'}, {_onnxruntime_version()}. "
+        "fp16, batch 1, grid 41x1600x1408, "
         f"~{n_voxels} active voxels requested (synthetic LiDAR-like cloud from examples/lidar_detector.py). "
         "Times: median of 30 calls, CUDA events around each call (host dispatch included), ms.",
         "",
@@ -201,13 +216,14 @@ def to_markdown(layer_rows, e2e_rows, n_voxels) -> str:
             "",
             "## End to end: examples/lidar_detector.py, realistic config, fp16",
             "",
-            "| mode | active voxels | first call incl. compile (s) | steady state (ms) | matches eager | error |",
-            "|---|---|---|---|---|---|",
+            "| mode | active voxels | first call incl. compile (s) | steady state (ms) | matches eager "
+            "| delegated to ONNX Runtime | error |",
+            "|---|---|---|---|---|---|---|",
         ]
         for r in e2e_rows:
             lines.append(
                 f"| {r['mode']} | {r['N']} | {f(r.get('compile_s'))} | {f(r.get('ms'))} "
-                f"| {r.get('matches_eager', '-')} | {r.get('error', '')} |"
+                f"| {r.get('matches_eager', '-')} | {r.get('delegated', '-')} | {r.get('error', '')} |"
             )
     return "\n".join(lines) + "\n"
 

@@ -515,3 +515,56 @@ def test_resnet18_partition_lowers_in_under_a_second():
         expected = model(x)
     out = _run_onnx(model_proto, [x])
     assert_close(out, [expected], rtol=1e-3, atol=1e-3, what="resnet18 via lower_to_onnx")
+
+
+def _cuda_provider() -> bool:
+    return torch.cuda.is_available() and "CUDAExecutionProvider" in ort.get_available_providers()
+
+
+def _as_cuda_float16(a):
+    if isinstance(a, (T, W)):
+        v = a.value.half() if a.value.dtype == torch.float32 else a.value
+        return type(a)(v.cuda())
+    if isinstance(a, list):
+        return [_as_cuda_float16(e) for e in a]
+    if isinstance(a, tuple):
+        return tuple(_as_cuda_float16(e) for e in a)
+    return torch.float16 if a is torch.float32 else a
+
+
+def _cuda_float16_cases():
+    if not _cuda_provider():
+        return [pytest.param(None, None, marks=pytest.mark.skip(reason="needs a GPU and onnxruntime-gpu"))]
+    params = []
+    for target in _registered():
+        for k, case in enumerate(SAMPLES.get(target, [])):
+            if _has_float32(list(case.args) + list(case.kwargs.values())):
+                c16 = dataclasses.replace(case, args=_as_cuda_float16(case.args),
+                                          kwargs={n: _as_cuda_float16(v) for n, v in case.kwargs.items()})
+                params.append(pytest.param(target, c16, id=f"{target}-{case.id or k}-f16"))
+    return params
+
+
+@pytest.mark.parametrize("target,case", _cuda_float16_cases())
+def test_float16_lowering_runs_on_cuda_or_is_declined(target, case):
+    """The onnxruntime delegate claims float16 on CUDA: every float16 node it accepts there must build on the
+    CUDA provider through the delegate's own engine and match eager float16 on the GPU; the rest are declined."""
+    from hybrid_trt import Options
+    from hybrid_trt.delegates import get_delegate
+    from hybrid_trt.partitioner.capability import unsupported_reason
+
+    gm, tensor_inputs, size_inputs, eager_args, eager_kwargs, call = _build(target, case)
+    FakeTensorProp(gm, FakeTensorMode(allow_non_fake_inputs=True)).propagate(*tensor_inputs, *size_inputs)
+    delegate = get_delegate("onnxruntime")
+    reason = unsupported_reason(call, delegate, frozenset())
+    if reason is not None:
+        assert "float16" in reason, reason
+        return
+    with torch.no_grad():
+        expected = target(*eager_args, **eager_kwargs)
+    expected = [expected[i] for i in case.outputs] if case.outputs is not None else [expected]
+    model = lower_to_onnx(gm, [tuple(t.shape) for t in tensor_inputs], [t.dtype for t in tensor_inputs],
+                          size_inputs)
+    engine = delegate.build(model, expected, torch.device("cuda"), Options())
+    actual = engine(tensor_inputs)
+    assert_close(actual, expected, rtol=2e-2, atol=2e-2, what=f"{target} (float16, CUDA)")

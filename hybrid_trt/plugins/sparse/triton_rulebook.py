@@ -73,7 +73,7 @@ def _hash_insert_kernel(
     empty = tl.full([BLOCK], _EMPTY, tl.int64)
     while tl.max(todo.to(tl.int32), axis=0) > 0:
         target = tl.where(todo, slot, scratch)
-        prev = tl.atomic_cas(table_key_ptr + target, empty, key)
+        prev = tl.atomic_cas(table_key_ptr + target, empty, key, sem="relaxed")  # rows are read by a later kernel
         won = todo & (prev == _EMPTY)
         tl.store(table_row_ptr + slot, n.to(tl.int32), mask=won)
         # A duplicate site (prev == key) keeps the row stored first.
