@@ -3,10 +3,12 @@
 For each case in bench_sparse.py's layer set, ours and spconv-triton's:
 the torch.profiler table of one layer call (rulebook rebuilt), sorted by
 device time, plus the host time of a call (dispatch only, measured without
-synchronising) next to its CUDA-event time. Use it to decide what to
-optimise; bench_sparse.py is the benchmark of record.
+synchronising) next to its CUDA-event time. With ``--e2e``, the same for
+examples/lidar_detector.py (realistic, fp16) in eager mode, with Inductor
+and with hybrid_trt (ONNX Runtime's kernels show up in the CUDA columns).
+Use it to decide what to optimise; bench_sparse.py is the benchmark of record.
 
-    python benchmarks/profile_sparse.py > profile.txt
+    python benchmarks/profile_sparse.py [--e2e] > profile.txt
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ def host_ms(fn, iters: int = 30) -> float:
     return sorted(times)[len(times) // 2]
 
 
-def profile(label: str, fn) -> None:
+def profile(label: str, fn, sort_by: tuple = ("cuda_time_total",)) -> None:
     for _ in range(5):
         fn()
     torch.cuda.synchronize()
@@ -45,10 +47,30 @@ def profile(label: str, fn) -> None:
             fn()
         torch.cuda.synchronize()
     print(f"\n===== {label}: event {bs.cuda_time_ms(fn):.3f} ms, host {host_ms(fn):.3f} ms (per call) =====")
-    print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=25, max_name_column_width=70))
+    for key in sort_by:
+        print(prof.key_averages().table(sort_by=key, row_limit=25, max_name_column_width=70))
+
+
+def end_to_end() -> None:
+    import hybrid_trt
+
+    model = bs.lidar_detector.build_model("realistic").to("cuda", torch.float16).eval()
+    feats, coords = bs.lidar_detector.make_inputs("realistic", "cuda", torch.float16, seed=0)
+    torch._dynamo.config.capture_dynamic_output_shape_ops = True
+    with torch.inference_mode():
+        for mode in ("eager", "inductor", "hybrid_trt"):
+            torch._dynamo.reset()
+            fn = model if mode == "eager" else torch.compile(model, backend=mode, fullgraph=True)
+            fn(feats, coords)
+            if mode == "hybrid_trt":
+                print(hybrid_trt.last_report().table())
+            profile(f"e2e {mode}", lambda: fn(feats, coords), ("cuda_time_total", "cpu_time_total"))
 
 
 def main() -> int:
+    if "--e2e" in sys.argv:
+        end_to_end()
+        return 0
     spt = bs.spt
     cases = []
     for c in (64, 128):

@@ -129,3 +129,31 @@ def test_make_inputs_is_deterministic_and_unique():
     assert torch.unique(c1, dim=0).shape[0] == c1.shape[0]
     assert (c1[:, 1:] >= 0).all() and (c1[:, 1:] < torch.tensor(cfg.grid, dtype=torch.int32)).all()
     assert c1.shape[0] == cfg.batch_size * cfg.voxels_per_sample
+
+
+def test_compare_detections_accepts_cutoff_swaps_and_rejects_wrong_boxes():
+    g = torch.Generator().manual_seed(0)
+    k = 20
+    boxes = torch.rand((1, k, 7), generator=g) * torch.tensor([70.0, 80.0, 2.0, 4.0, 2.0, 2.0, 3.0]) \
+        - torch.tensor([0.0, 40.0, 1.0, 0.0, 0.0, 0.0, 1.5])
+    scores = torch.linspace(0.9, 0.5, k)[None]
+    labels = torch.zeros((1, k), dtype=torch.long)
+    reference = (boxes, scores, labels)
+    # The last detection swapped for another peak of equal score (a tie at the top-k cut-off): accepted.
+    swapped = boxes.clone()
+    swapped[0, -1, :2] += 30.0
+    lidar_detector.compare_detections(reference, (swapped, scores, labels), atol=1e-4, rtol=1e-4)
+    # Two of twenty detections elsewhere: only 90% pair up, still accepted; three are not.
+    swapped[0, -2, :2] += 30.0
+    lidar_detector.compare_detections(reference, (swapped, scores, labels), atol=1e-4, rtol=1e-4)
+    swapped[0, -3, :2] += 30.0
+    with pytest.raises(AssertionError, match="pair up"):
+        lidar_detector.compare_detections(reference, (swapped, scores, labels), atol=1e-4, rtol=1e-4)
+    # Same centres but a wrong size: rejected.
+    wrong = boxes.clone()
+    wrong[0, 3, 3] += 1.0
+    with pytest.raises(AssertionError):
+        lidar_detector.compare_detections(reference, (wrong, scores, labels), atol=1e-4, rtol=1e-4)
+    # Wrong scores: rejected.
+    with pytest.raises(AssertionError):
+        lidar_detector.compare_detections(reference, (boxes, scores.flip(1), labels), atol=1e-4, rtol=1e-4)
