@@ -79,7 +79,7 @@ def _hybrid_graph(gm: fx.GraphModule, aot_inputs, weights: dict, n_dynamo_inputs
     t0 = time.perf_counter()
     constants = _constants(gm, weights, n_dynamo_inputs)
     delegate_objs = [_delegates.get_delegate(n) for n in opts.resolved_delegates()]
-    plan = partition_graph(gm.graph, delegate_objs, opts.min_block_size, opts.force_inductor_ops)
+    plan = partition_graph(gm.graph, delegate_objs, opts.min_block_size, opts.force_inductor_ops, frozenset(constants))
     reasons = dict(plan.inductor_reasons)
     delegated: list[_Delegated] = []
     for k, part in enumerate(plan.partitions):

@@ -1,5 +1,6 @@
 """Unit tests of partition_graph on small fx graphs (no compilation): cycle freedom, delegate priority,
-min_block_size, forced ops, and that the stitched graph of any plan is a valid DAG."""
+min_block_size, forced ops, and that the stitched graph of any plan is a valid DAG. The merge tests use pointwise
+ops and so keep pointwise islands (keep_pointwise_islands=True); the rule that hands them back is tested alone."""
 from __future__ import annotations
 
 import random
@@ -99,7 +100,7 @@ def test_diamond_does_not_merge_around_an_unsupported_node():
         return torch.mul(a, u)
 
     gm = trace(f, torch.randn(4, 4))
-    plan = partition_graph(gm.graph, [ORT], min_block_size=1)
+    plan = partition_graph(gm.graph, [ORT], min_block_size=1, keep_pointwise_islands=True)
     owner = assert_plan_valid(gm, plan, [ORT])
     a, = by_target(gm, aten.relu.default)
     u, = by_target(gm, aten.atan2.default)
@@ -117,7 +118,7 @@ def test_independent_blocks_merge_and_dependent_ones_do_not():
         return c, b
 
     gm = trace(f, torch.randn(3), torch.randn(3))
-    plan = partition_graph(gm.graph, [ORT], min_block_size=1)
+    plan = partition_graph(gm.graph, [ORT], min_block_size=1, keep_pointwise_islands=True)
     owner = assert_plan_valid(gm, plan, [ORT])
     a, = by_target(gm, aten.relu.default)
     b, = by_target(gm, aten.sigmoid.default)
@@ -155,7 +156,7 @@ def test_random_dags_partition_without_cycles(seed):
 
     gm = trace(f, torch.randn(5))
     for min_block in (1, 2, 3):
-        plan = partition_graph(gm.graph, [ORT], min_block_size=min_block)
+        plan = partition_graph(gm.graph, [ORT], min_block_size=min_block, keep_pointwise_islands=True)
         assert_plan_valid(gm, plan, [ORT])
         for p in plan.partitions:
             assert p.op_count >= min_block
@@ -168,17 +169,17 @@ def test_min_block_size():
         return torch.exp(torch.neg(torch.tanh(torch.abs(u))))  # 4 supported ops
 
     gm = trace(f, torch.randn(4))
-    plan1 = partition_graph(gm.graph, [ORT], min_block_size=1)
+    plan1 = partition_graph(gm.graph, [ORT], min_block_size=1, keep_pointwise_islands=True)
     assert_plan_valid(gm, plan1, [ORT])
     assert sum(p.op_count for p in plan1.partitions) == len(op_nodes(gm)) - 1
 
-    plan = partition_graph(gm.graph, [ORT], min_block_size=5)
+    plan = partition_graph(gm.graph, [ORT], min_block_size=5, keep_pointwise_islands=True)
     assert_plan_valid(gm, plan, [ORT])
     assert len(plan.partitions) == 1 and plan.partitions[0].op_count == 5  # relu,sigmoid,clamp,mul,add
     for n in (by_target(gm, aten.exp.default) + by_target(gm, aten.tanh.default)):
         assert "block of 4 op(s) < min_block_size=5" in plan.inductor_reasons[n]
 
-    plan = partition_graph(gm.graph, [ORT], min_block_size=6)
+    plan = partition_graph(gm.graph, [ORT], min_block_size=6, keep_pointwise_islands=True)
     assert plan.partitions == []
     assert all("min_block_size=6" in why for n, why in plan.inductor_reasons.items()
                if n.target is not aten.erfinv.default)
@@ -193,11 +194,11 @@ def test_delegate_priority_order():
     gm = trace(f, torch.randn(4), torch.arange(4))
     floats = FakeDelegate("floats", {torch.float32, torch.int64})
     ints = FakeDelegate("ints", {torch.int64})
-    plan = partition_graph(gm.graph, [floats, ints], min_block_size=1)
+    plan = partition_graph(gm.graph, [floats, ints], min_block_size=1, keep_pointwise_islands=True)
     assert_plan_valid(gm, plan, [floats, ints])
     assert {p.delegate for p in plan.partitions} == {"floats"}  # the first delegate claims all it can
 
-    plan = partition_graph(gm.graph, [ints, floats], min_block_size=1)
+    plan = partition_graph(gm.graph, [ints, floats], min_block_size=1, keep_pointwise_islands=True)
     owner = assert_plan_valid(gm, plan, [ints, floats])
     delegate_of = {n: plan.partitions[k].delegate for n, k in owner.items()}
     assert delegate_of[by_target(gm, aten.abs.default)[0]] == "ints"
@@ -212,7 +213,7 @@ def test_inductor_reasons_collect_every_delegate():
     gm = trace(f, torch.randn(4))
     d1 = FakeDelegate("d1", {torch.float32})
     d2 = FakeDelegate("d2", {torch.float64})
-    plan = partition_graph(gm.graph, [d1, d2], min_block_size=1)
+    plan = partition_graph(gm.graph, [d1, d2], min_block_size=1, keep_pointwise_islands=True)
     relu, = by_target(gm, aten.relu.default)
     why = plan.inductor_reasons[relu]
     assert "d1: dtype float16 not supported" in why and "d2: dtype float16 not supported" in why
@@ -224,7 +225,7 @@ def test_forced_ops_stay_with_inductor():
 
     gm = trace(f, torch.randn(4))
     for spelling in ("aten.relu", "aten.relu.default", "relu"):
-        plan = partition_graph(gm.graph, [ORT], 1, frozenset({spelling}))
+        plan = partition_graph(gm.graph, [ORT], 1, frozenset({spelling}), keep_pointwise_islands=True)
         assert_plan_valid(gm, plan, [ORT])
         relu, = by_target(gm, aten.relu.default)
         assert "force_inductor_ops" in plan.inductor_reasons[relu], spelling
@@ -237,7 +238,7 @@ def test_multi_output_op_keeps_its_getitems():
         return v * 2, i + 1
 
     gm = trace(f, torch.randn(3, 4))
-    plan = partition_graph(gm.graph, [ORT], min_block_size=1)
+    plan = partition_graph(gm.graph, [ORT], min_block_size=1, keep_pointwise_islands=True)
     owner = assert_plan_valid(gm, plan, [ORT])
     mx, = by_target(gm, aten.max.dim)
     for user in mx.users:
@@ -261,8 +262,57 @@ def test_partitioning_a_large_graph_is_fast():
 
     gm = trace(f, torch.randn(4), torch.randn(4))
     t0 = time.perf_counter()
-    plan = partition_graph(gm.graph, [ORT], min_block_size=1)
+    plan = partition_graph(gm.graph, [ORT], min_block_size=1, keep_pointwise_islands=True)
     elapsed = time.perf_counter() - t0
     assert len(plan.partitions) > 200
     assert elapsed < 3.0, f"partitioning 2000 ops took {elapsed:.1f} s"
     assert_plan_valid(gm, plan, [ORT])
+
+
+def test_constants_used_outside_a_partition_stay_with_inductor():
+    w = torch.randn(4)
+
+    def f(x):
+        zeros = torch.zeros(4, 4)  # a factory only Inductor consumes
+        scale = w * 2.0 + 1.0  # weight arithmetic used in the partition and by Inductor
+        inner = w * 3.0  # weight arithmetic used only inside the partition
+        a = torch.sigmoid(torch.relu(x) * scale + inner)
+        return torch.atan2(a, zeros), torch.atan2(scale, scale)
+
+    gm = make_fx(f, tracing_mode="fake", _allow_non_fake_inputs=True)(torch.randn(4, 4))  # w: a get_attr
+    plan = partition_graph(gm.graph, [ORT], min_block_size=1, keep_pointwise_islands=True)
+    owner = assert_plan_valid(gm, plan, [ORT])
+    zeros, = by_target(gm, aten.zeros.default)
+    muls = by_target(gm, aten.mul.Tensor)
+    adds = by_target(gm, aten.add.Tensor)
+    scale_mul, inner_mul, data_mul = muls
+    scale_add, data_add = adds
+    for n in (zeros, scale_mul, scale_add):
+        assert n not in owner and "constant consumed outside the partition" in plan.inductor_reasons[n], n
+    assert owner[inner_mul] == owner[data_mul] == owner[data_add]
+    part = plan.partitions[owner[data_mul]]
+    assert scale_add in part.inputs and not any(o.op == "get_attr" for o in part.outputs)
+    assert all(o not in (zeros, scale_mul, scale_add, inner_mul) for o in part.outputs)
+
+
+def test_pointwise_islands_go_back_to_inductor_unless_they_are_the_whole_graph():
+    def island(x):
+        a = torch.atan2(x, x)  # Inductor
+        b = torch.relu(a * 2.0 + 1.0)  # pointwise island between Inductor ops
+        c = torch.atan2(b, b)
+        return torch.mm(c, c).relu()  # a real op: this block stays delegated
+
+    gm = trace(island, torch.randn(4, 4))
+    plan = partition_graph(gm.graph, [ORT], min_block_size=1)
+    owner = assert_plan_valid(gm, plan, [ORT])
+    relu_island = by_target(gm, aten.relu.default)[0]
+    mm, = by_target(gm, aten.mm.default)
+    assert relu_island not in owner and "only pointwise/view ops" in plan.inductor_reasons[relu_island]
+    assert mm in owner and len(plan.partitions) == 1
+
+    def all_pointwise(x):
+        return torch.sigmoid(torch.relu(x) * 3.0)
+
+    gm = trace(all_pointwise, torch.randn(4, 4))
+    plan = partition_graph(gm.graph, [ORT], min_block_size=1)
+    assert len(plan.partitions) == 1 and not plan.inductor_reasons

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Sequence
 
+import torch
 import torch.fx as fx
 
 from .capability import NodeKind, classify, unsupported_reason
@@ -29,7 +30,10 @@ class PartitionPlan:
 
 
 def partition_graph(graph: fx.Graph, delegates: Sequence, min_block_size: int,
-                    forced_to_inductor: frozenset = frozenset()) -> PartitionPlan:
+                    forced_to_inductor: frozenset = frozenset(), weights: frozenset = frozenset(),
+                    keep_pointwise_islands: bool = False) -> PartitionPlan:
+    """``weights``: placeholders that hold parameters or buffers (baked into delegates as constants).
+    ``keep_pointwise_islands``: keep partitions of pointwise and view ops only (unit tests of the merge logic)."""
     nodes = list(graph.nodes)
     index = {n: i for i, n in enumerate(nodes)}
     kinds = {n: classify(n) for n in nodes}
@@ -37,6 +41,7 @@ def partition_graph(graph: fx.Graph, delegates: Sequence, min_block_size: int,
     members: dict[int, list[fx.Node]] = {}
     delegate_of: dict[int, str] = {}
     reasons: dict[fx.Node, list[str]] = {n: [] for n in nodes if kinds[n] is NodeKind.OP}
+    constant = _constant_ops(nodes, kinds, weights)
     next_id = 0
 
     for delegate in delegates:
@@ -81,15 +86,18 @@ def partition_graph(graph: fx.Graph, delegates: Sequence, min_block_size: int,
             members[target].append(n)
             owner[n] = target
         _merge_independent(mine, owner, members, index, nodes)
+        _release_constant_outputs(mine, owner, members, index, constant, reasons, delegate.name)
         for pid in list(mine):
             ops = sum(1 for m in members[pid] if kinds[m] is NodeKind.OP)
-            if ops < min_block_size:
+            if ops < min_block_size or ops == 0:
                 for m in members.pop(pid):
                     del owner[m]
                     if m in reasons:
                         reasons[m].append(f"{delegate.name}: block of {ops} op(s) < min_block_size={min_block_size}")
                 mine.remove(pid)
 
+    if not keep_pointwise_islands:
+        _release_pointwise_islands(members, owner, delegate_of, kinds, constant, reasons)
     partitions = []
     for pid in sorted(members, key=lambda p: min(index[m] for m in members[p])):
         body = set(members[pid])
@@ -102,6 +110,61 @@ def partition_graph(graph: fx.Graph, delegates: Sequence, min_block_size: int,
         partitions.append(_with_boundary(Partition(delegate_of[pid], ordered), body, kinds))
     left = {n: "; ".join(dict.fromkeys(why)) or "no delegate" for n, why in reasons.items() if n not in owner}
     return PartitionPlan(partitions, left)
+
+
+def _constant_ops(nodes: list[fx.Node], kinds, weights: frozenset) -> set[fx.Node]:
+    """Single-output ops whose value depends on no graph input: factories, and arithmetic on weights."""
+    constant: set[fx.Node] = set()
+    for n in nodes:
+        if n.op == "get_attr" or n in weights:
+            constant.add(n)
+        elif kinds[n] is NodeKind.OP and not isinstance(n.meta.get("val"), (tuple, list)) \
+                and all(p in constant for p in n.all_input_nodes):
+            constant.add(n)
+    return constant
+
+
+def _release_constant_outputs(mine: list[int], owner, members, index, constant: set, reasons, delegate: str) -> None:
+    """Hand constants that a partition would only pass out (a full-size zeros buffer, BatchNorm scales of other
+    layers) back to Inductor. A delegate folds such values into stored constants and copies them into its outputs
+    on every call (ONNX Runtime: one host-to-device copy each), while Inductor computes or folds them in place;
+    where a partition also uses one, it arrives as an input instead, which costs nothing. Reverse topological
+    order releases a released node's constant producers in the same pass, so no cycle can form."""
+    reason = f"{delegate}: constant consumed outside the partition; computed by Inductor"
+    for pid in mine:
+        body = members[pid]
+        body.sort(key=index.__getitem__)  # merges append out of order
+        kept = []
+        for m in reversed(body):
+            if m in constant and any(owner.get(u) != pid for u in m.users):
+                del owner[m]
+                reasons[m].append(reason)
+            else:
+                kept.append(m)
+        body[:] = kept[::-1]
+
+
+def _is_light(node: fx.Node) -> bool:
+    target = node.target
+    return isinstance(target, torch._ops.OpOverload) and (torch.Tag.pointwise in target.tags or target.is_view)
+
+
+def _release_pointwise_islands(members, owner, delegate_of, kinds, constant: set, reasons) -> None:
+    """A partition of pointwise and view ops only, where other ops remain, goes back to Inductor: Inductor fuses
+    such ops into the kernels next to them for free, while a delegate call adds a seam on each side (measured on
+    the LiDAR example: BatchNorm + ReLU islands between sparse convs). A graph that is all pointwise stays whole
+    in the delegate, as there is then no seam."""
+    total_ops = sum(1 for k in kinds.values() if k is NodeKind.OP)
+    for pid in list(members):
+        ops = [m for m in members[pid] if kinds[m] is NodeKind.OP]
+        if len(ops) == total_ops or not all(m in constant or _is_light(m) for m in ops):
+            continue
+        why = (f"{delegate_of[pid]}: only pointwise/view ops between Inductor kernels, which Inductor fuses; "
+               "delegating them would only add seams")
+        for m in members.pop(pid):
+            del owner[m]
+            if m in reasons:
+                reasons[m].append(why)
 
 
 def _with_boundary(p: Partition, body: set, kinds) -> Partition:
