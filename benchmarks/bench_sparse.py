@@ -160,8 +160,13 @@ def end_to_end(modes: list[str], rows: list, on_row=lambda: None) -> None:
                     out = fn(feats, coords)
                     torch.cuda.synchronize()
                     row["compile_s"] = time.perf_counter() - t0
-                    lidar_detector.compare_detections(expected, out, atol=2e-2, rtol=2e-2)
-                    row["matches_eager"] = True
+                    # A mismatch is reported in the table and the mode is still timed.
+                    try:
+                        lidar_detector.compare_detections(expected, out, atol=2e-2, rtol=2e-2)
+                        row["matches_eager"] = True
+                    except AssertionError as e:
+                        row["matches_eager"] = f"False: {' '.join(str(e).split())[:160]}"
+                        traceback.print_exc()
                     if mode == "hybrid_trt":
                         report = hybrid_trt.last_report()
                         print(report.table(), flush=True)
@@ -197,6 +202,8 @@ def to_markdown(layer_rows, e2e_rows, n_voxels) -> str:
         "fp16, batch 1, grid 41x1600x1408, "
         f"~{n_voxels} active voxels requested (synthetic LiDAR-like cloud from examples/lidar_detector.py). "
         "Times: median of 30 calls, CUDA events around each call (host dispatch included), ms.",
+    ]
+    lines += [] if not layer_rows else [
         "",
         "| case | N in | M out | ours: conv, cached rulebook | spconv-triton: cached | ours: layer incl. rulebook "
         "| spconv-triton: layer | ours: cached, no row schedule | torch gather-GEMM-scatter (cached) "
@@ -232,6 +239,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--voxels", type=int, default=50000)
     parser.add_argument("--e2e", default="eager,inductor,hybrid_trt", help="comma list; empty to skip")
+    parser.add_argument("--no-layers", action="store_true", help="skip the layer cases (end to end only)")
     parser.add_argument("--out", type=pathlib.Path)
     parser.add_argument("--cpu-smoke-test", action="store_true", help="run the layer cases on CPU in fp32 (no timing value)")
     args = parser.parse_args()
@@ -251,8 +259,9 @@ def main() -> int:
         return md
 
     with contextlib.suppress(KeyboardInterrupt):
-        layer_benchmarks(args.voxels, layer_rows, torch.float32 if DEVICE == "cpu" else torch.float16)
-        write()
+        if not args.no_layers:
+            layer_benchmarks(args.voxels, layer_rows, torch.float32 if DEVICE == "cpu" else torch.float16)
+            write()
         if args.e2e and DEVICE == "cuda":
             end_to_end([m for m in args.e2e.split(",") if m], e2e_rows, write)
     print(write())

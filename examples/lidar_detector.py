@@ -202,8 +202,8 @@ class LidarDetector(nn.Module):
 
 
 def build_model(config: str | DetectorConfig = "small") -> LidarDetector:
-    """Random weights; BatchNorm statistics are randomised too so eval-mode
-    BN is not the identity."""
+    """Random weights, seeded: He-normal convolutions, and BatchNorm statistics
+    randomised too so eval-mode BN is not the identity."""
     cfg = CONFIGS[config] if isinstance(config, str) else config
     model = LidarDetector(cfg)
     g = torch.Generator().manual_seed(0)
@@ -214,7 +214,22 @@ def build_model(config: str | DetectorConfig = "small") -> LidarDetector:
                 m.running_var.copy_(torch.rand(m.num_features, generator=g) * 0.5 + 0.75)
                 m.weight.copy_(torch.rand(m.num_features, generator=g) * 0.5 + 0.75)
                 m.bias.copy_(torch.randn(m.num_features, generator=g) * 0.1)
+        _signal_preserving_init(model, g)
     return model.eval()
+
+
+def _signal_preserving_init(model: LidarDetector, g: torch.Generator) -> None:
+    """He-normal weights for every convolution (sparse ones included), so activations keep their scale through
+    the depth of the network, as trained weights do. PyTorch's default fan-in init shrinks them at every layer:
+    the class logits then vary by ~0.05, empty and border areas form plateaus of equal score, and the top-k is a
+    tie among plateau pixels (any choice is right, so backends legitimately disagree on the boxes)."""
+    for m in model.modules():
+        weight = getattr(m, "weight", None)
+        if isinstance(m, (nn.Conv2d, nn.ConvTranspose2d, SubMConv3d, SparseConv3d)):
+            fan_in = weight[0].numel() if not isinstance(m, nn.ConvTranspose2d) else weight.shape[0]
+            weight.normal_(0.0, (2.0 / fan_in) ** 0.5, generator=g)
+    # Class logits spread by a few units around the prior, like a trained head's: distinct peak scores.
+    model.head.heatmap[-1].weight.mul_(3.0)
 
 
 def make_inputs(config: str | DetectorConfig = "small", device="cpu", dtype=torch.float32, seed: int = 0):
