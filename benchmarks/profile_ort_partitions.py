@@ -41,7 +41,8 @@ def main() -> int:
 
     ort.InferenceSession = profiled_session
     # --cpu: the small config in float32 on the CPU, to try the script without a GPU.
-    config, device, dtype = ("small", "cpu", torch.float32) if "--cpu" in sys.argv else ("realistic", "cuda", torch.float16)
+    cpu = "--cpu" in sys.argv
+    config, device, dtype = ("small", "cpu", torch.float32) if cpu else ("realistic", "cuda", torch.float16)
     model = bs.lidar_detector.build_model(config).to(device, dtype).eval()
     feats, coords = bs.lidar_detector.make_inputs(config, device, dtype, seed=0)
     torch._dynamo.config.capture_dynamic_output_shape_ops = True

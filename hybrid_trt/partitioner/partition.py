@@ -159,7 +159,7 @@ def _release_pointwise_islands(members, owner, delegate_of, kinds, constant: set
         ops = [m for m in members[pid] if kinds[m] is NodeKind.OP]
         if len(ops) == total_ops or not all(m in constant or _is_light(m) for m in ops):
             continue
-        why = (f"{delegate_of[pid]}: only pointwise/view ops between Inductor kernels, which Inductor fuses; "
+        why = (f"{delegate_of[pid]}: only pointwise/view ops, which Inductor fuses into the kernels around them; "
                "delegating them would only add seams")
         for m in members.pop(pid):
             del owner[m]

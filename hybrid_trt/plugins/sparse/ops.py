@@ -100,7 +100,9 @@ def _(indices, spatial_shape, kernel_size, dilation):
     _check_geometry(spatial_shape, ks, (1, 1, 1), (0, 0, 0), dil, "sparse_rulebook_subm")
     if _FORCE_TORCH:
         return reference.neighbor_map(indices, indices, spatial_shape, ks, (1, 1, 1), subm_padding(ks, dil), dil)
-    return _rulebook_kernels().neighbor_search(indices, indices, spatial_shape, ks, (1, 1, 1), subm_padding(ks, dil), dil)
+    return _rulebook_kernels().neighbor_search(
+        indices, indices, spatial_shape, ks, (1, 1, 1), subm_padding(ks, dil), dil
+    )
 
 
 @sparse_rulebook_subm.register_fake
@@ -133,7 +135,8 @@ def sparse_rulebook_strided(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Output sites (sorted by (b, z, y, x)) and neighbour map of a regular
     sparse conv. The number of output sites depends on the data."""
-    return reference.strided_rulebook(indices, *_strided_geometry(indices, spatial_shape, kernel_size, stride, padding, dilation))
+    geometry = _strided_geometry(indices, spatial_shape, kernel_size, stride, padding, dilation)
+    return reference.strided_rulebook(indices, *geometry)
 
 
 @sparse_rulebook_strided.register_kernel("cuda")
