@@ -316,3 +316,15 @@ def test_pointwise_islands_go_back_to_inductor_unless_they_are_the_whole_graph()
     gm = trace(all_pointwise, torch.randn(4, 4))
     plan = partition_graph(gm.graph, [ORT], min_block_size=1)
     assert len(plan.partitions) == 1 and not plan.inductor_reasons
+
+
+def test_onnxruntime_declines_float16_on_cpu_with_its_reason():
+    def f(x):
+        h = x.to(torch.float16)
+        return torch.mm(h.float(), x).to(torch.float16).relu()
+
+    gm = trace(f, torch.randn(4, 4))
+    plan = partition_graph(gm.graph, [ORT], min_block_size=1)
+    assert_plan_valid(gm, plan, [ORT])
+    relu, = by_target(gm, aten.relu.default)
+    assert "float16 runs on the CUDA provider only" in plan.inductor_reasons[relu]
