@@ -447,10 +447,9 @@ def _float64_cases():
     return params
 
 
-@pytest.mark.parametrize("target,case", _float64_cases())
-def test_float64_lowering_runs_on_onnxruntime_or_is_declined(target, case):
-    """The onnxruntime delegate claims float64: every float64 node it accepts must build and match eager on the
-    CPU provider; ops it lacks kernels for are declined by its capability check (never a failing partition)."""
+def _lowered_unless_declined(target, case: Case, dtype_word: str):
+    """None when the onnxruntime delegate declines the sample's node (its reason must name ``dtype_word``);
+    otherwise (ONNX model, tensor inputs, eager outputs)."""
     from hybrid_trt.delegates import get_delegate
     from hybrid_trt.partitioner.capability import unsupported_reason
 
@@ -458,13 +457,24 @@ def test_float64_lowering_runs_on_onnxruntime_or_is_declined(target, case):
     FakeTensorProp(gm, FakeTensorMode(allow_non_fake_inputs=True)).propagate(*tensor_inputs, *size_inputs)
     reason = unsupported_reason(call, get_delegate("onnxruntime"), frozenset())
     if reason is not None:
-        assert "float64" in reason, reason
-        return
+        assert dtype_word in reason, reason
+        return None
     with torch.no_grad():
         expected = target(*eager_args, **eager_kwargs)
     expected = [expected[i] for i in case.outputs] if case.outputs is not None else [expected]
     model = lower_to_onnx(gm, [tuple(t.shape) for t in tensor_inputs], [t.dtype for t in tensor_inputs],
                           size_inputs)
+    return model, tensor_inputs, expected
+
+
+@pytest.mark.parametrize("target,case", _float64_cases())
+def test_float64_lowering_runs_on_onnxruntime_or_is_declined(target, case):
+    """The onnxruntime delegate claims float64: every float64 node it accepts must build and match eager on the
+    CPU provider; ops it lacks kernels for are declined by its capability check (never a failing partition)."""
+    lowered = _lowered_unless_declined(target, case, "float64")
+    if lowered is None:
+        return
+    model, tensor_inputs, expected = lowered
     actual = _run_onnx(model, tensor_inputs)
     assert_close(actual, expected, rtol=1e-7, atol=1e-7, what=f"{target} (float64)")
 
@@ -551,20 +561,12 @@ def test_float16_lowering_runs_on_cuda_or_is_declined(target, case):
     CUDA provider through the delegate's own engine and match eager float16 on the GPU; the rest are declined."""
     from hybrid_trt import Options
     from hybrid_trt.delegates import get_delegate
-    from hybrid_trt.partitioner.capability import unsupported_reason
 
-    gm, tensor_inputs, size_inputs, eager_args, eager_kwargs, call = _build(target, case)
-    FakeTensorProp(gm, FakeTensorMode(allow_non_fake_inputs=True)).propagate(*tensor_inputs, *size_inputs)
-    delegate = get_delegate("onnxruntime")
-    reason = unsupported_reason(call, delegate, frozenset())
-    if reason is not None:
-        assert "float16" in reason, reason
+    lowered = _lowered_unless_declined(target, case, "float16")
+    if lowered is None:
         return
-    with torch.no_grad():
-        expected = target(*eager_args, **eager_kwargs)
-    expected = [expected[i] for i in case.outputs] if case.outputs is not None else [expected]
-    model = lower_to_onnx(gm, [tuple(t.shape) for t in tensor_inputs], [t.dtype for t in tensor_inputs],
-                          size_inputs)
+    model, tensor_inputs, expected = lowered
+    delegate = get_delegate("onnxruntime")
     engine = delegate.build(model, expected, torch.device("cuda"), Options())
     actual = engine(tensor_inputs)
     assert_close(actual, expected, rtol=2e-2, atol=2e-2, what=f"{target} (float16, CUDA)")
