@@ -1,0 +1,322 @@
+"""The disk store of built engines, addressed by content key (``key.py``).
+
+Layout: ``<root>/v1/<key[:2]>/<key>/`` holds the entry's files, ``meta.json`` (format, key, each file's sha256
+and size, environment, created, and what the caller adds: delegate, input specs, summary) and ``last_used``,
+whose mtime is the entry's last use (eviction is least recently *used*). ``<root>/locks/<key>.lock`` are the
+per-key inter-process locks.
+
+Robustness:
+- An entry is written into a temporary directory next to its final place (each file fsynced) and published
+  with one ``rename`` of the directory, and removed by renaming it away first, so a reader sees a whole entry
+  or none. Published entries are never modified, only removed.
+- ``get_or_build`` holds ``fcntl.flock`` on the key's lock file around check-build-put, so N processes build
+  an entry once and the others wait and load it. The kernel releases a flock when its holder dies, so a lock
+  file left behind is harmless; lock files are never deleted (deleting one while a process holds it would let
+  two processes in at once).
+- Every file's checksum is verified on load; a corrupt, truncated or unreadable entry is removed and rebuilt.
+- A read-only or full directory (any OSError on write) turns caching off for that write; the engine is still
+  built and returned from memory.
+Each kind of problem is logged once per store as a warning, later ones at debug level.
+
+Additions to the agreed API (engines_api.md): ``get_or_build`` also takes ``expect_environment``; keys must
+be file-name safe (``[A-Za-z0-9][A-Za-z0-9_.-]*``).
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import errno
+import fcntl
+import hashlib
+import json
+import os
+import pathlib
+import re
+import shutil
+import time
+import uuid
+from typing import Any, Callable, Iterator, Mapping, Optional
+
+from ..log import logger
+
+FORMAT = 1
+DEFAULT_MAX_BYTES = 2 << 30
+_META, _LAST_USED = "meta.json", "last_used"
+_DEBRIS_AGE_S = 3600  # temporary/trash directories of a process that died mid-write are removed after this
+_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,199}")
+
+
+def default_cache_dir() -> pathlib.Path:
+    """``$XDG_CACHE_HOME/hybrid_trt``, else ``~/.cache/hybrid_trt`` (the XDG base directory rules)."""
+    base = os.environ.get("XDG_CACHE_HOME", "")
+    if not os.path.isabs(base):  # the spec says to ignore a relative value
+        base = os.path.join(os.path.expanduser("~"), ".cache")
+    return pathlib.Path(base) / "hybrid_trt"
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    key: str
+    files: dict[str, bytes]
+    meta: dict[str, Any]
+    path: Optional[pathlib.Path]  # None: built in memory, not stored
+    nbytes: int
+
+
+class _Corrupt(Exception):
+    pass
+
+
+class EngineStore:
+    """Engines on disk under ``root`` (None: disabled, nothing touches disk), at most ``max_bytes`` in all."""
+
+    def __init__(self, root: Optional[os.PathLike], max_bytes: int = DEFAULT_MAX_BYTES):
+        self.root = None if root is None else pathlib.Path(root)
+        self.max_bytes = int(max_bytes)
+        self._warned: set[str] = set()
+
+    # ------------------------------------------------------------------------------------------ public API
+
+    def get(self, key: str, expect_environment: Optional[Mapping[str, str]] = None) -> Optional[Entry]:
+        """The verified entry of ``key``, or None. A bad entry is removed (one warning) and reads as a miss."""
+        return None if self.root is None else self._get(key, expect_environment, locked=False)
+
+    def put(self, key: str, files: Mapping[str, bytes], meta: Mapping[str, Any]) -> Optional[Entry]:
+        """Store an entry atomically and evict beyond ``max_bytes``; None when disabled or not writable."""
+        _check_key(key)
+        for name in files:
+            if name in (_META, _LAST_USED) or not _KEY.fullmatch(name):
+                raise ValueError(f"engine store: bad file name {name!r} (plain names, not {_META}/{_LAST_USED})")
+        if self.root is None:
+            return None
+        final = self._entry_dir(key)
+        tmp = final.parent / f".tmp-{key}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        try:
+            final.parent.mkdir(parents=True, exist_ok=True)
+            tmp.mkdir()
+            info = {}
+            for name, data in files.items():
+                _write(tmp / name, data)
+                info[name] = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
+            meta_bytes = json.dumps({**meta, "format": FORMAT, "key": key, "files": info, "created": time.time()},
+                                    sort_keys=True, indent=1, default=str).encode()
+            _write(tmp / _META, meta_bytes)
+            _write(tmp / _LAST_USED, b"")
+            _touch(tmp)
+            try:
+                os.rename(tmp, final)
+            except OSError as e:
+                if e.errno not in (errno.EEXIST, errno.ENOTEMPTY) or not final.is_dir():
+                    raise
+                shutil.rmtree(tmp, ignore_errors=True)  # published by another process meanwhile: same content
+            _fsync_dir(final.parent)
+        except OSError as e:
+            shutil.rmtree(tmp, ignore_errors=True)
+            self._warn("unwritable", f"hybrid_trt: cannot write to the engine cache {self.root} ({e}); engines are "
+                       "built without caching. Free space or make it writable, point the cache_dir option "
+                       "(HYBRID_TRT_CACHE_DIR) elsewhere, or turn caching off (cache=False, HYBRID_TRT_CACHE=0).")
+            return None
+        entry = Entry(key, dict(files), json.loads(meta_bytes), final, sum(len(d) for d in files.values()))
+        self._evict(keep=key)
+        return entry
+
+    def get_or_build(self, key: str, build: Callable[[], tuple[dict[str, bytes], dict]],
+                     expect_environment: Optional[Mapping[str, str]] = None) -> tuple[Entry, bool]:
+        """The stored entry of ``key`` (loaded=True), else ``build()``'s, stored when possible (loaded=False).
+
+        Processes calling this for one key at once build it once: the others wait on the key's lock and load.
+        ``build`` raising propagates (the lock is released)."""
+        _check_key(key)
+        if self.root is None:
+            return _in_memory(key, *build()), False
+        with self._lock(key, blocking=True) as locked:
+            entry = self._get(key, expect_environment, locked=locked)
+            if entry is not None:
+                return entry, True
+            files, meta = build()
+            entry = self.put(key, files, meta)
+            return (entry or _in_memory(key, files, meta)), False
+
+    # ------------------------------------------------------------------------------------------ reading
+
+    def _entry_dir(self, key: str) -> pathlib.Path:
+        return self.root / f"v{FORMAT}" / key[:2] / key
+
+    def _get(self, key: str, expect_environment, locked: bool) -> Optional[Entry]:
+        _check_key(key)
+        path = self._entry_dir(key)
+        try:
+            meta_bytes, entry = _read(key, path)
+        except _Corrupt as bad:
+            self._discard(key, path, bad.args[1], "corrupt", f"a corrupt engine cache entry ({bad.args[0]})",
+                          locked)
+            return None
+        except OSError as e:  # e.g. permission denied: leave the entry alone, build without it
+            self._warn("unreadable", f"hybrid_trt: cannot read the engine cache entry {path} ({e}); building "
+                       "without it. Check the permissions of the cache directory.")
+            return None
+        if entry is None:
+            return None
+        if expect_environment is not None and entry.meta.get("environment") != dict(expect_environment):
+            self._discard(key, path, meta_bytes, "environment", "an engine cache entry written under another "
+                          f"environment ({entry.meta.get('environment')})", locked)
+            return None
+        _touch(path)
+        return entry
+
+    def _discard(self, key: str, path: pathlib.Path, seen_meta: Optional[bytes], kind: str, what: str,
+                 locked: bool) -> None:
+        """Remove a bad entry, unless it changed since it was read (another process replaced it) or another
+        process holds its lock (that process finds it bad too and replaces it)."""
+        with contextlib.ExitStack() as stack:
+            if not locked and not stack.enter_context(self._lock(key, blocking=False)):
+                return
+            try:
+                current = (path / _META).read_bytes()
+            except OSError:
+                current = None
+            if current != seen_meta:
+                return
+            _remove(path)
+        self._warn(kind, f"hybrid_trt: removed {what} at {path}; it is rebuilt. If this repeats, check the disk "
+                   f"or delete {self.root}.")
+
+    # ------------------------------------------------------------------------------------------ housekeeping
+
+    @contextlib.contextmanager
+    def _lock(self, key: str, blocking: bool) -> Iterator[bool]:
+        """Hold the key's inter-process lock; yields False when it could not be taken (unwritable directory,
+        or held elsewhere and not ``blocking``)."""
+        try:
+            (self.root / "locks").mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.root / "locks" / f"{key}.lock", os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError as e:
+            self._warn("unwritable", f"hybrid_trt: cannot write to the engine cache {self.root} ({e}); engines "
+                       "are built without caching (stored entries are still loaded). Make it writable, point the "
+                       "cache_dir option (HYBRID_TRT_CACHE_DIR) elsewhere, or turn caching off (cache=False).")
+            yield False
+            return
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+            except BlockingIOError:
+                yield False
+                return
+            yield True  # closing the descriptor releases the lock
+        finally:
+            os.close(fd)
+
+    def _evict(self, keep: str) -> None:
+        """Remove least recently used entries (never ``keep``) until the store fits ``max_bytes``; best effort."""
+        entries, total, now = [], 0, time.time()
+        try:
+            for shard in (self.root / f"v{FORMAT}").iterdir():
+                for path in shard.iterdir():
+                    try:
+                        if path.name.startswith("."):  # debris of a process that died mid-write or mid-remove
+                            if path.name.startswith(".trash-") or now - path.stat().st_mtime > _DEBRIS_AGE_S:
+                                shutil.rmtree(path, ignore_errors=True)
+                            continue
+                        size = sum(f.stat().st_size for f in path.iterdir())
+                        entries.append((_last_used_ns(path), path, size))
+                        total += size
+                    except OSError:
+                        continue  # removed meanwhile
+        except OSError as e:
+            logger.debug("hybrid_trt: engine cache eviction skipped (%s)", e)
+            return
+        for _, path, size in sorted(entries, key=lambda e: (e[0], e[1].name)):
+            if total <= self.max_bytes:
+                break
+            if path.name != keep:
+                _remove(path)
+                total -= size
+                logger.debug("hybrid_trt: evicted engine cache entry %s (%d bytes)", path.name, size)
+
+    def _warn(self, kind: str, message: str) -> None:
+        if kind in self._warned:
+            logger.debug("%s", message)
+        else:
+            self._warned.add(kind)
+            logger.warning("%s", message)
+
+
+def _check_key(key: str) -> None:
+    if not isinstance(key, str) or not _KEY.fullmatch(key):
+        raise ValueError(f"engine store: bad key {key!r} (expected a hex digest)")
+
+
+def _read(key: str, path: pathlib.Path) -> tuple[Optional[bytes], Optional[Entry]]:
+    """(meta.json bytes, verified entry), (None, None) when absent; raises _Corrupt(reason, meta bytes)."""
+    try:
+        meta_bytes = (path / _META).read_bytes()
+    except (FileNotFoundError, NotADirectoryError):
+        if path.is_dir():  # entries are published whole, so a directory without meta.json is damaged
+            raise _Corrupt("meta.json is missing", None) from None
+        return None, None
+    try:
+        meta = json.loads(meta_bytes)
+        if meta["format"] != FORMAT or meta["key"] != key:
+            raise ValueError(f"format {meta['format']}, key {meta['key']}")
+        sizes = {name: (int(f["size"]), str(f["sha256"])) for name, f in meta["files"].items()}
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise _Corrupt(f"invalid meta.json: {type(e).__name__}: {e}", meta_bytes) from None
+    files = {}
+    for name, (size, sha) in sizes.items():
+        try:
+            data = (path / name).read_bytes()
+        except FileNotFoundError:
+            if not path.is_dir():
+                return None, None  # removed meanwhile (evicted by another process): a plain miss
+            raise _Corrupt(f"{name} is missing", meta_bytes) from None
+        if len(data) != size:
+            raise _Corrupt(f"{name} has {len(data)} bytes, meta.json says {size}", meta_bytes)
+        if hashlib.sha256(data).hexdigest() != sha:
+            raise _Corrupt(f"{name} fails its sha256 checksum", meta_bytes)
+        files[name] = data
+    return meta_bytes, Entry(key, files, meta, path, sum(len(d) for d in files.values()))
+
+
+def _in_memory(key: str, files: Mapping[str, bytes], meta: Mapping[str, Any]) -> Entry:
+    return Entry(key, dict(files), {**meta, "key": key}, None, sum(len(d) for d in files.values()))
+
+
+def _write(path: pathlib.Path, data: bytes) -> None:
+    with open(path, "xb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())  # the data is on disk before the rename publishes it
+
+
+def _fsync_dir(path: pathlib.Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _touch(path: pathlib.Path) -> None:
+    """Mark the entry used now, in nanoseconds (file-system clocks tick in milliseconds: too coarse for LRU)."""
+    now = time.time_ns()
+    try:
+        os.utime(path / _LAST_USED, ns=(now, now))
+    except OSError:
+        pass  # read-only cache: the order of use is just not recorded
+
+
+def _last_used_ns(path: pathlib.Path) -> int:
+    try:
+        return (path / _LAST_USED).stat().st_mtime_ns
+    except OSError:
+        return path.stat().st_mtime_ns
+
+
+def _remove(path: pathlib.Path) -> None:
+    """Rename the entry away first (atomic: readers see it whole or gone), then delete it."""
+    trash = path.parent / f".trash-{path.name}-{uuid.uuid4().hex[:8]}"
+    try:
+        os.rename(path, trash)
+    except OSError:
+        return  # already gone
+    shutil.rmtree(trash, ignore_errors=True)
