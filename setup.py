@@ -13,8 +13,12 @@ setup(
     install_requires=["torch>=2.11,<2.15", "numpy", "onnx>=1.16"],
     extras_require={
         "onnx": ["onnxruntime>=1.20"],
+        # models nobody here designed, for benchmarks/conformance.py and tests/test_conformance.py (random weights,
+        # nothing downloaded); torchvision must be the release paired with the installed torch (0.26 .. 0.29 for
+        # torch 2.11 .. 2.14), so an installed pair is kept; scripts/setup_env.sh installs torch 2.14.1 + 0.29.1
+        "conformance": ["torchvision>=0.26,<0.30", "timm>=1.0"],
         "gpu": ["onnxruntime-gpu>=1.20", "tensorrt>=10", "triton>=3.3"],
-        "test": ["pytest>=8", "onnxruntime>=1.20", "triton>=3.3"],
+        "test": ["pytest>=8", "onnxruntime>=1.20", "triton>=3.3", "torchvision>=0.26,<0.30", "timm>=1.0"],
         # the benchmark exports whole models with torch.onnx (dynamo exporter) for the ONNX Runtime baseline
         "bench": ["onnxruntime>=1.20", "onnxscript"],
     },
