@@ -113,6 +113,7 @@ def _canonical_chunks(model: onnx.ModelProto) -> Iterator[bytes]:
         data = _tensor_data(tensor)
         yield len(data).to_bytes(8, "little")
         yield data
+        del data  # protobuf hands raw_data out as a copy: hold one initializer's at a time
 
 
 def _tensor_data(tensor: onnx.TensorProto) -> bytes:
@@ -234,6 +235,7 @@ def _digest(model, specs, delegate, delegate_options, environment) -> str:
     h.update(header)
     for chunk in _canonical_chunks(model):
         h.update(chunk)
+        del chunk  # before the next initializer's copy is made
     return h.hexdigest()
 
 
