@@ -112,9 +112,7 @@ class EngineStore:
             _fsync_dir(final.parent)
         except OSError as e:
             shutil.rmtree(tmp, ignore_errors=True)
-            self._warn("unwritable", f"hybrid_trt: cannot write to the engine cache {self.root} ({e}); engines are "
-                       "built without caching. Free space or make it writable, point the cache_dir option "
-                       "(HYBRID_TRT_CACHE_DIR) elsewhere, or turn caching off (cache=False, HYBRID_TRT_CACHE=0).")
+            self._unwritable(e)
             return None
         entry = Entry(key, dict(files), json.loads(meta_bytes), final, sum(len(d) for d in files.values()))
         self._evict(keep=key)
@@ -191,9 +189,7 @@ class EngineStore:
             (self.root / "locks").mkdir(parents=True, exist_ok=True)
             fd = os.open(self.root / "locks" / f"{key}.lock", os.O_RDWR | os.O_CREAT, 0o666)
         except OSError as e:
-            self._warn("unwritable", f"hybrid_trt: cannot write to the engine cache {self.root} ({e}); engines "
-                       "are built without caching (stored entries are still loaded). Make it writable, point the "
-                       "cache_dir option (HYBRID_TRT_CACHE_DIR) elsewhere, or turn caching off (cache=False).")
+            self._unwritable(e)
             yield False
             return
         try:
@@ -232,6 +228,12 @@ class EngineStore:
                 _remove(path)
                 total -= size
                 logger.debug("hybrid_trt: evicted engine cache entry %s (%d bytes)", path.name, size)
+
+    def _unwritable(self, error: OSError) -> None:
+        self._warn("unwritable", f"hybrid_trt: cannot write to the engine cache {self.root} ({error}); engines are "
+                   "built without caching (entries already stored still load). Free space or make it writable, "
+                   "point the cache_dir option (HYBRID_TRT_CACHE_DIR) elsewhere, or turn caching off (cache=False, "
+                   "HYBRID_TRT_CACHE=0).")
 
     def _warn(self, kind: str, message: str) -> None:
         if kind in self._warned:
