@@ -1,0 +1,619 @@
+"""Conformance suite: models nobody here designed, compiled with hybrid_trt's default options, against eager.
+
+    .venv/bin/python benchmarks/conformance.py                                   # every model, CPU, float32
+    .venv/bin/python benchmarks/conformance.py --device cuda --dtype float16     # on a GPU
+    .venv/bin/python benchmarks/conformance.py --models resnet18,tv_retinanet --budget-min 30
+    .venv/bin/python benchmarks/conformance.py --list
+
+Models come from torchvision (classifiers, detectors, segmentation, video) and timm, with random weights (nothing
+is downloaded) at small input sizes where a model allows. Each model runs in its own subprocess under a time
+limit (a crash, a hang or a CUDA device assert is recorded for that model and the run goes on), under
+``torch.no_grad()``:
+
+1. eager output (the reference);
+2. ``torch.compile(model, backend="hybrid_trt")`` with default options: two calls, both compared with eager;
+3. ``torch.compile(model)`` (Inductor, default options), compared with eager too: its error is the yardstick
+   for how far a compiled model may legitimately drift from eager on this model;
+4. latency of eager, Inductor and hybrid_trt, timed in interleaved rounds in the same process, so the ratios
+   come from one run.
+
+A row matches when every output leaf has the eager shape and dtype and its error, relative to the leaf's
+largest magnitude, is within the dtype's tolerance or within twice Inductor's own error. Detection outputs
+(lists of dicts with ``boxes``/``scores``/``labels``) are compared as sets: random weights give many equal
+scores, whose order is arbitrary in any backend.
+
+The table (``benchmarks/results/conformance_<machine>_<dtype>.md`` unless ``--out``) records, per model: match
+and errors, delegated ops / total, partitions, the top reasons for ops left to Inductor, fallback events, and
+latency against eager and Inductor, with an explanation for each row that fails or is slower than both.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import datetime
+import fnmatch
+import json
+import logging
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from typing import Callable, Optional
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+MARKER = "@@CONFORMANCE@@"
+TOLERANCE = {"float32": 1e-3, "float16": 2e-2, "bfloat16": 5e-2}
+
+
+# -- the models ---------------------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Case:
+    name: str
+    source: str     # torchvision | timm
+    kind: str       # classifier | detector | segmentation | video
+    make: Callable  # () -> (model, args tuple), float32 on CPU; the worker moves both to the device and dtype
+    input: str      # for the table
+    note: str = ""  # why the case is set up as it is (thresholds, sizes)
+
+
+def _tv(name: str, size: int = 64, **kw) -> Case:
+    def make():
+        import torch
+        import torchvision
+        return torchvision.models.get_model(name, weights=None, **kw), (torch.randn(1, 3, size, size),)
+    return Case(f"tv_{name}", "torchvision", "classifier", make, f"1x3x{size}x{size}")
+
+
+def _tv_seg(name: str, size: int = 96, **kw) -> Case:
+    def make():
+        import torch
+        import torchvision
+        model = torchvision.models.get_model(name, weights=None, weights_backbone=None, **kw)
+        return model, (torch.randn(1, 3, size, size),)
+    return Case(f"tv_{name}", "torchvision", "segmentation", make, f"1x3x{size}x{size}")
+
+
+def _tv_video(name: str, frames: int = 4, size: int = 56, **kw) -> Case:
+    def make():
+        import torch
+        import torchvision
+        return torchvision.models.get_model(name, weights=None, **kw), (torch.randn(1, 3, frames, size, size),)
+    return Case(f"tv_{name}", "torchvision", "video", make, f"1x3x{frames}x{size}x{size}")
+
+
+def _tv_det(name: str, size: int = 160, note: str = "", **kw) -> Case:
+    def make():
+        import torch
+        import torchvision
+        model = torchvision.models.get_model(name, weights=None, weights_backbone=None, **kw)
+        return model, ([torch.rand(3, size, size)],)
+    return Case(f"tv_{name}", "torchvision", "detector", make, f"[3x{size}x{size}]", note)
+
+
+def _timm(name: str, size: int = 64, **kw) -> Case:
+    def make():
+        import timm
+        import torch
+        return timm.create_model(name, pretrained=False, **kw), (torch.randn(1, 3, size, size),)
+    return Case(f"timm_{name}", "timm", "classifier", make, f"1x3x{size}x{size}")
+
+
+_DET_SMALL = dict(min_size=160, max_size=160)
+# With random weights, Faster/Mask R-CNN and FCOS keep no box at their default score thresholds, which would make
+# the comparison vacuous: keep every box, and the 50 best after NMS.
+_KEEP_ALL_RCNN = dict(box_score_thresh=0.0, box_detections_per_img=50)
+_KEEP_ALL_NOTE = "score threshold 0, 50 detections (random weights keep no box at the default threshold)"
+
+CASES: list[Case] = [
+    # torchvision classifiers
+    _tv("resnet18"),
+    _tv("resnet50"),
+    _tv("mobilenet_v3_small"),
+    _tv("mobilenet_v3_large"),
+    _tv("efficientnet_b0"),
+    _tv("convnext_tiny"),
+    _tv("regnet_y_400mf"),
+    _tv("shufflenet_v2_x1_0"),
+    _tv("densenet121"),
+    _tv("squeezenet1_1"),
+    _tv("vit_b_16", size=64, image_size=64),
+    _tv("swin_t"),
+    _tv("maxvit_t", size=224),
+    # torchvision segmentation
+    _tv_seg("lraspp_mobilenet_v3_large"),
+    _tv_seg("deeplabv3_mobilenet_v3_large"),
+    _tv_seg("fcn_resnet50"),
+    _tv_seg("deeplabv3_resnet50"),
+    # torchvision detectors (data-dependent post-processing: graph breaks, NMS, top-k)
+    _tv_det("ssdlite320_mobilenet_v3_large", size=160),
+    _tv_det("fasterrcnn_mobilenet_v3_large_320_fpn", note=_KEEP_ALL_NOTE, **_DET_SMALL, **_KEEP_ALL_RCNN),
+    _tv_det("retinanet_resnet50_fpn", **_DET_SMALL),
+    _tv_det("fcos_resnet50_fpn", note="score threshold 0, 50 detections (random weights keep no box otherwise)",
+            score_thresh=0.0, detections_per_img=50, **_DET_SMALL),
+    _tv_det("fasterrcnn_resnet50_fpn", note=_KEEP_ALL_NOTE, **_DET_SMALL, **_KEEP_ALL_RCNN),
+    _tv_det("ssd300_vgg16", size=160),
+    _tv_det("maskrcnn_resnet50_fpn", **_DET_SMALL),
+    # torchvision video
+    _tv_video("r3d_18"),
+    _tv_video("r2plus1d_18"),
+    # timm families
+    _timm("resnet18"),
+    _timm("convnext_atto"),
+    _timm("efficientnet_b0"),
+    _timm("regnetx_002"),
+    _timm("mobilenetv3_small_100"),
+    _timm("mobilenetv4_conv_small"),
+    _timm("vit_tiny_patch16_224", img_size=64),
+    _timm("deit_tiny_patch16_224", img_size=64),
+    _timm("swin_tiny_patch4_window7_224", img_size=64),
+    _timm("maxvit_rmlp_pico_rw_256", img_size=64),
+    _timm("efficientformer_l1", size=224),  # its attention bias is sized for 224 inputs
+    _timm("fastvit_t8"),
+]
+CASES_BY_NAME = {c.name: c for c in CASES}
+
+# Short notes for rows whose numbers need context beyond the report (filled in from what runs showed).
+NOTES: dict[str, str] = {}
+
+
+# -- comparison ---------------------------------------------------------------------------------------------------
+def compare(out, ref, tol: float) -> dict:
+    """Max abs error, max error relative to each leaf's largest magnitude, and the first problem found (None when
+    the structure, shapes, dtypes and non-finite positions agree)."""
+    import torch
+    from torch.utils._pytree import tree_flatten
+    if _is_detections(ref) and _is_detections(out):
+        return _compare_detections(out, ref, tol)
+    a, spec_a = tree_flatten(out)
+    b, spec_b = tree_flatten(ref)
+    if spec_a != spec_b:
+        return {"abs": float("inf"), "rel": float("inf"), "problem": f"output structure differs: {spec_a} vs {spec_b}"}
+    worst = {"abs": 0.0, "rel": 0.0, "problem": None}
+    for i, (x, y) in enumerate(zip(a, b)):
+        if not isinstance(y, torch.Tensor):
+            if x != y:
+                return {**worst, "abs": float("inf"), "rel": float("inf"), "problem": f"leaf {i}: {x!r} != {y!r}"}
+            continue
+        problem = _leaf(x, y, worst)
+        if problem:
+            worst["problem"] = f"leaf {i}: {problem}"
+            return worst
+    return worst
+
+
+def _leaf(x, y, worst: dict) -> Optional[str]:
+    import torch
+    if not isinstance(x, torch.Tensor):
+        return f"got {type(x).__name__}, eager gave a tensor"
+    if x.shape != y.shape:
+        return f"shape {tuple(x.shape)} vs eager {tuple(y.shape)}"
+    if x.dtype != y.dtype:
+        return f"dtype {x.dtype} vs eager {y.dtype}"
+    if x.device != y.device:
+        return f"device {x.device} vs eager {y.device}"
+    if y.numel() == 0:
+        return None
+    x64, y64 = x.detach().double().cpu(), y.detach().double().cpu()
+    fx, fy = torch.isfinite(x64), torch.isfinite(y64)
+    xs, ys = x64[~fy], y64[~fy]
+    if not torch.equal(fx, fy) or not ((xs == ys) | (torch.isnan(xs) & torch.isnan(ys))).all():
+        return f"non-finite values differ ({int((~fx).sum())} vs eager {int((~fy).sum())})"
+    if not fy.any():
+        return None
+    diff = float((x64[fy] - y64[fy]).abs().max())
+    scale = float(y64[fy].abs().max())
+    worst["abs"] = max(worst["abs"], diff)
+    worst["rel"] = max(worst["rel"], diff / scale if scale > 0 else diff)
+    return None
+
+
+def _is_detections(v) -> bool:
+    return isinstance(v, (list, tuple)) and len(v) > 0 and all(
+        isinstance(d, dict) and {"boxes", "scores", "labels"} <= set(d) for d in v)
+
+
+def _compare_detections(out, ref, tol: float) -> dict:
+    """Per image: the same number of detections, and each detection pairs with an eager one of the same label whose
+    score, box (and mask) are within tolerance. Equal scores make the order arbitrary, so order is not compared."""
+    import torch
+    worst = {"abs": 0.0, "rel": 0.0, "problem": None}
+    if len(out) != len(ref):
+        return {**worst, "problem": f"{len(out)} images vs eager {len(ref)}"}
+    for img, (d, r) in enumerate(zip(out, ref)):
+        if set(d) != set(r):
+            return {**worst, "problem": f"image {img}: keys {sorted(d)} vs eager {sorted(r)}"}
+        for k in r:
+            problem = None if d[k].dtype == r[k].dtype else f"{k} dtype {d[k].dtype} vs eager {r[k].dtype}"
+            if problem or d[k].shape[1:] != r[k].shape[1:] or len(d[k]) != len(r[k]):
+                worst["problem"] = f"image {img}: {problem or f'{k} shape {tuple(d[k].shape)} vs eager {tuple(r[k].shape)}'}"
+                return worst
+        n = len(r["scores"])
+        box_scale = float(r["boxes"].abs().max()) if n else 1.0
+        unused = list(range(n))
+        for i in range(n):
+            best = None
+            for j in unused:
+                if int(d["labels"][i]) != int(r["labels"][j]):
+                    continue
+                err_s = float((d["scores"][i].double() - r["scores"][j].double()).abs())
+                err_b = float((d["boxes"][i].double() - r["boxes"][j].double()).abs().max()) / max(box_scale, 1e-12)
+                if err_s <= tol and err_b <= tol and (best is None or err_s + err_b < best[1]):
+                    best = (j, err_s + err_b, err_s, err_b)
+            if best is None:
+                worst["problem"] = (f"image {img}: detection {i} (label {int(d['labels'][i])}, score "
+                                    f"{float(d['scores'][i]):.5f}) has no eager detection within tolerance")
+                return worst
+            j = best[0]
+            unused.remove(j)
+            worst["rel"] = max(worst["rel"], best[2], best[3])
+            worst["abs"] = max(worst["abs"], best[2], float((d["boxes"][i] - r["boxes"][j]).abs().max()))
+            for k in set(r) - {"boxes", "scores", "labels"}:  # masks, keypoints: compared per paired detection
+                sub = {"abs": 0.0, "rel": 0.0}
+                problem = _leaf(d[k][i], r[k][j], sub)
+                if problem:
+                    worst["problem"] = f"image {img}: {k} of detection {i}: {problem}"
+                    return worst
+                worst["abs"], worst["rel"] = max(worst["abs"], sub["abs"]), max(worst["rel"], sub["rel"])
+    return worst
+
+
+# -- the worker (one model, in its own process) ----------------------------------------------------------------
+def _stage(msg: str) -> None:
+    print(f"[stage] {msg}", file=sys.stderr, flush=True)
+
+
+class _Warnings(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
+
+
+def run_worker(name: str, device: str, dtype_name: str, latency_s: float) -> dict:
+    import torch
+    import hybrid_trt
+    torch.manual_seed(0)
+    dtype = getattr(torch, dtype_name)
+    case = CASES_BY_NAME[name]
+    res: dict = {"model": name, "device": device, "dtype": dtype_name, "input": case.input}
+    warnings = _Warnings()
+    logging.getLogger("hybrid_trt").addHandler(warnings)
+    _stage("build model")
+    model, args = case.make()
+    model = model.eval().to(device=device, dtype=dtype)
+    args = _to(args, device, dtype)
+    tol = TOLERANCE[dtype_name]
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    fns = {}
+    with torch.no_grad():
+        _stage("eager")
+        ref = model(*args)
+        fns["eager"] = model
+
+        _stage("hybrid_trt compile (first call)")
+        n_reports = len(hybrid_trt.reports())
+        hybrid = torch.compile(model, backend="hybrid_trt")
+        t0 = time.perf_counter()
+        try:
+            out1 = hybrid(*args)
+            sync()
+            res["hybrid_compile_s"] = time.perf_counter() - t0
+            _stage("hybrid_trt second call")
+            out2 = hybrid(*args)
+            first, second = compare(out1, ref, tol), compare(out2, ref, tol)
+            res["hybrid"] = max(first, second, key=lambda c: (c["problem"] is not None, c["rel"]))
+            fns["hybrid_trt"] = hybrid
+        except Exception as e:  # recorded, with where it happened
+            res["hybrid_error"] = _error(e)
+        _collect_reports(res, hybrid_trt.reports()[n_reports:])
+
+        _stage("inductor compile (first call)")
+        inductor = torch.compile(model)
+        t0 = time.perf_counter()
+        try:
+            out_i = inductor(*args)
+            sync()
+            res["inductor_compile_s"] = time.perf_counter() - t0
+            res["inductor"] = compare(out_i, ref, tol)
+            fns["inductor"] = inductor
+        except Exception as e:
+            res["inductor_error"] = _error(e)
+
+        _stage("latency")
+        res["latency_ms"] = _latency(fns, args, sync, latency_s)
+    # Events recorded after the first calls (fallbacks at run time) are in the same report objects.
+    _collect_reports(res, hybrid_trt.reports()[n_reports:])
+    res["warnings"] = warnings.messages
+    return res
+
+
+def _to(args, device, dtype):
+    import torch
+    from torch.utils._pytree import tree_map
+
+    def move(t):
+        if isinstance(t, torch.Tensor):
+            return t.to(device=device, dtype=dtype if t.is_floating_point() else t.dtype)
+        return t
+    return tree_map(move, args)
+
+
+def _error(e: BaseException) -> str:
+    import traceback
+    tb = traceback.extract_tb(e.__traceback__)
+    where = next((f"{os.path.relpath(f.filename, ROOT)}:{f.lineno}" for f in reversed(tb)
+                  if "hybrid_trt" in f.filename), f"{tb[-1].filename}:{tb[-1].lineno}" if tb else "?")
+    return f"{type(e).__name__}: {str(e).strip()[:600]} (at {where})"
+
+
+def _collect_reports(res: dict, reports: list) -> None:
+    reasons = Counter()
+    events = []
+    delegated = total = parts = 0
+    for r in reports:
+        delegated += r.delegated_op_count
+        total += r.delegated_op_count + len(r.inductor_ops)
+        parts += sum(p.status == "delegated" for p in r.partitions)
+        reasons.update(r.reasons())
+        if r.whole_graph_reason:
+            reasons[f"whole graph: {r.whole_graph_reason}"] += 1
+        if r.inductor_status != "compiled":
+            events.append(f"graph {r.graph_index}: {r.inductor_status}")
+        for p in r.partitions:
+            events += [f"graph {r.graph_index} partition {p.index}: {e}" for e in p.events]
+    res.update(graphs=len(reports), delegated_ops=delegated, total_ops=total, partitions=parts,
+               reasons=reasons.most_common(), events=events)
+
+
+def _latency(fns: dict, args, sync, budget_s: float) -> dict:
+    """Median ms per variant; rounds alternate the variants until the budget is spent (at least 5 samples)."""
+    for fn in fns.values():  # warm-up
+        for _ in range(2):
+            fn(*args)
+    sync()
+    times = {v: [] for v in fns}
+    t_end = time.perf_counter() + budget_s
+    rounds = 0
+    while rounds < 5 or (time.perf_counter() < t_end and rounds < 200):
+        for v, fn in fns.items():
+            for _ in range(3):
+                t0 = time.perf_counter()
+                fn(*args)
+                sync()
+                times[v].append(time.perf_counter() - t0)
+        rounds += 1
+    return {v: statistics.median(s) * 1e3 for v, s in times.items()}
+
+
+# -- the driver ---------------------------------------------------------------------------------------------------
+def run_model(case: Case, args, log_dir: str) -> dict:
+    """The worker for one model in a fresh process under a time limit; whatever happens, a result row."""
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker", case.name, "--device", args.device,
+           "--dtype", args.dtype, "--latency-s", str(args.latency_s)]
+    log_path = os.path.join(log_dir, f"{case.name}.log")
+    t0 = time.perf_counter()
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, start_new_session=True,
+                                cwd=ROOT)
+        try:
+            stdout, _ = proc.communicate(timeout=args.timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            stdout = None
+    seconds = time.perf_counter() - t0
+    row = {"model": case.name, "device": args.device, "dtype": args.dtype, "input": case.input,
+           "seconds": seconds, "log": log_path}
+    stage = _last_stage(log_path)
+    if stdout is None:
+        row["fatal"] = f"time limit {args.timeout:.0f} s reached during: {stage}"
+        return row
+    line = next((ln for ln in reversed(stdout.splitlines()) if ln.startswith(MARKER)), None)
+    if line is None:
+        row["fatal"] = f"worker exited with code {proc.returncode} during: {stage}; {_tail(log_path)}"
+        return row
+    row.update(json.loads(line[len(MARKER):]))
+    return row
+
+
+def _last_stage(path: str) -> str:
+    with open(path, errors="replace") as f:
+        stages = [ln[len("[stage] "):].strip() for ln in f if ln.startswith("[stage] ")]
+    return stages[-1] if stages else "start-up"
+
+
+def _tail(path: str) -> str:
+    with open(path, errors="replace") as f:
+        lines = [ln.strip() for ln in f if ln.strip() and not ln.startswith("[stage]")]
+    return lines[-1][:400] if lines else "no output"
+
+
+def verdict(row: dict) -> tuple[str, str]:
+    """(status, explanation) of one row: ok | MISMATCH | FAILED | ...; slower-than-both rows are explained."""
+    if "fatal" in row:
+        return "FAILED", row["fatal"]
+    if "hybrid_error" in row:
+        return "FAILED", f"hybrid_trt: {row['hybrid_error']}"
+    h, ind = row["hybrid"], row.get("inductor")
+    tol = TOLERANCE[row["dtype"]]
+    notes = []
+    runtime_fallbacks = [e for e in row.get("events", []) if "fell back" in e or "FX graph" in e]
+    if runtime_fallbacks:
+        notes.append("fallbacks: " + "; ".join(runtime_fallbacks)[:300])
+    if h["problem"]:
+        return "MISMATCH", "; ".join([h["problem"]] + notes)
+    ind_rel = ind["rel"] if ind and not ind["problem"] else 0.0
+    if h["rel"] > max(tol, 2 * ind_rel):
+        return "MISMATCH", "; ".join([f"rel err {h['rel']:.2e} > tol {tol:g} and > 2x Inductor's {ind_rel:.2e}"]
+                                     + notes)
+    lat = row.get("latency_ms", {})
+    status = "fallback" if runtime_fallbacks else "ok"
+    hy, ea, it = lat.get("hybrid_trt"), lat.get("eager"), lat.get("inductor")
+    if hy and ea and it and hy > ea and hy > it:
+        top = ", ".join(f"{why} ({n})" for why, n in row["reasons"][:2]) or "none"
+        notes.append(f"slower than eager and Inductor: {row['delegated_ops']}/{row['total_ops']} ops delegated in "
+                     f"{row['partitions']} partition(s) over {row['graphs']} graph(s); rest: {top}")
+        status = "slow" if status == "ok" else status
+    if row["model"] in NOTES:
+        notes.append(NOTES[row["model"]])
+    return status, "; ".join(notes)
+
+
+def _fmt_ms(v) -> str:
+    return f"{v:.2f}" if v is not None else "-"
+
+
+def table(rows: list) -> list[str]:
+    out = ["| model | input | match: rel err (abs) | Inductor rel err | delegated / total ops | partitions | "
+           "top reasons for the rest | eager ms | Inductor ms | hybrid ms | vs eager | vs Inductor | "
+           "compile s (hybrid / Inductor) | status | explanation |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for row in rows:
+        status, why = verdict(row)
+        h, ind = row.get("hybrid"), row.get("inductor")
+        match = f"{h['rel']:.1e} ({h['abs']:.1e})" if h else "-"
+        ind_err = (f"{ind['rel']:.1e}" if not ind["problem"] else "differs") if ind else (
+            "failed" if "inductor_error" in row else "-")
+        lat = row.get("latency_ms", {})
+        hy, ea, it = lat.get("hybrid_trt"), lat.get("eager"), lat.get("inductor")
+        reasons = "; ".join(f"{why_} ({n})" for why_, n in row.get("reasons", [])[:3]) or "-"
+        ops = f"{row['delegated_ops']} / {row['total_ops']}" if "total_ops" in row else "-"
+        comp = (f"{row.get('hybrid_compile_s', 0):.0f} / {row.get('inductor_compile_s', 0):.0f}"
+                if "hybrid_compile_s" in row else "-")
+        cells = [row["model"], row["input"], match, ind_err, ops, str(row.get("partitions", "-")), reasons,
+                 _fmt_ms(ea), _fmt_ms(it), _fmt_ms(hy), f"{hy / ea:.2f}" if hy and ea else "-",
+                 f"{hy / it:.2f}" if hy and it else "-", comp, status, why]
+        out.append("| " + " | ".join(c.replace("|", "/").replace("\n", " ") for c in cells) + " |")
+    return out
+
+
+def machine(device: str) -> tuple[str, str]:
+    """(slug for the file name, description)."""
+    import torch
+    if device.startswith("cuda"):
+        gpu = torch.cuda.get_device_name(device)
+        slug = next((w.lower() for w in gpu.replace("-", " ").split() if w[:1] in "ABHLV" and w[1:].isdigit()),
+                    "gpu")
+        return slug, f"{gpu}, {os.cpu_count()} logical CPU cores, {platform.system()} {platform.machine()}"
+    cpu = platform.processor() or "?"
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    n = os.cpu_count()
+    return f"cpu_{n}core", f"{cpu}, {n} logical cores, {platform.system()} {platform.machine()}"
+
+
+def versions() -> str:
+    import importlib.metadata as md
+    parts = []
+    for pkg in ("torch", "torchvision", "timm", "onnxruntime", "onnxruntime-gpu", "onnx", "tensorrt"):
+        with contextlib.suppress(md.PackageNotFoundError):
+            parts.append(f"{pkg} {md.version(pkg)}")
+    return ", ".join(parts) + f", Python {platform.python_version()}"
+
+
+def commit() -> str:
+    def git(*a):
+        return subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    head = git("rev-parse", "--short", "HEAD") or "unknown"
+    dirty = git("status", "--porcelain", "--untracked-files=no", "--", "hybrid_trt")
+    return head + (" (with uncommitted changes under hybrid_trt/)" if dirty else "")
+
+
+def select(spec: str) -> list[Case]:
+    if spec == "all":
+        return list(CASES)
+    out = []
+    for pat in spec.split(","):
+        hits = [c for c in CASES if fnmatch.fnmatch(c.name, pat) or c.name in (pat, f"tv_{pat}", f"timm_{pat}")]
+        if not hits:
+            raise SystemExit(f"unknown model {pat!r}; --list shows the names")
+        out += [c for c in hits if c not in out]
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--models", default="all", help="comma-separated names or globs (e.g. 'tv_*,timm_vit*')")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--dtype", default="float32", choices=sorted(TOLERANCE))
+    ap.add_argument("--timeout", type=float, default=900, help="seconds per model (compiles included)")
+    ap.add_argument("--latency-s", type=float, default=10, help="seconds of timing per model (at least 5 rounds)")
+    ap.add_argument("--budget-min", type=float, default=None,
+                    help="start no model after this many minutes; the rest are listed as not run")
+    ap.add_argument("--note", default="", help="a line for the results file (e.g. 'machine shared with ...')")
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--list", action="store_true")
+    ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.list:
+        for c in CASES:
+            print(f"{c.name:<48} {c.kind:<13} {c.input}  {c.note}")
+        return
+    if args.worker:
+        res = run_worker(args.worker, args.device, args.dtype, args.latency_s)
+        print(MARKER + json.dumps(res), flush=True)
+        return
+    cases = select(args.models)
+    slug, desc = machine(args.device)
+    out_path = args.out or os.path.join(ROOT, "benchmarks", "results", f"conformance_{slug}_{args.dtype}.md")
+    log_dir = tempfile.mkdtemp(prefix="conformance-")
+    print(f"[conformance] {len(cases)} models on {args.device} {args.dtype}; logs in {log_dir}", file=sys.stderr,
+          flush=True)
+    header = [f"# Conformance: {args.device}, {args.dtype}", "",
+              f"- machine: {desc}", f"- versions: {versions()}", f"- commit: {commit()}",
+              f"- run: {datetime.datetime.now().strftime('%Y-%m-%d %H:%M')}, `{' '.join(sys.argv[1:]) or '(defaults)'}`",
+              f"- match: rel err = max |hybrid - eager| / max |eager| per output leaf, tolerance "
+              f"{TOLERANCE[args.dtype]:g} or 2x Inductor's own error; detections compared as sets",
+              "- latency: median ms, eager / Inductor / hybrid_trt timed in interleaved rounds in one process; "
+              "compile s = first call"]
+    if args.note:
+        header.append(f"- note: {args.note}")
+    rows, t_start = [], time.perf_counter()
+    for i, case in enumerate(cases):
+        if args.budget_min is not None and time.perf_counter() - t_start > args.budget_min * 60:
+            rows.append({"model": case.name, "device": args.device, "dtype": args.dtype, "input": case.input,
+                         "fatal": "not run: time budget of the run spent", "skipped": True})
+            continue
+        print(f"[conformance] {i + 1}/{len(cases)} {case.name} ...", file=sys.stderr, flush=True)
+        row = run_model(case, args, log_dir)
+        rows.append(row)
+        status, why = verdict(row)
+        print(f"[conformance] {i + 1}/{len(cases)} {case.name}: {status} in {row['seconds']:.0f} s"
+              + (f" -- {why[:300]}" if why else ""), file=sys.stderr, flush=True)
+        _write(out_path, header, rows)  # after every model, so a killed run keeps what it did
+    _write(out_path, header, rows)
+    counts = Counter(verdict(r)[0] if not r.get("skipped") else "not run" for r in rows)
+    print(f"[conformance] wrote {out_path}: " + ", ".join(f"{n} {s}" for s, n in counts.most_common()),
+          file=sys.stderr)
+
+
+def _write(path: str, header: list, rows: list) -> None:
+    counts = Counter(verdict(r)[0] if not r.get("skipped") else "not run" for r in rows)
+    summary = "- summary: " + ", ".join(f"{n} {s}" for s, n in counts.most_common())
+    details = ["", "## Failures and fallbacks in full", ""]
+    for r in rows:
+        full = [r.get("fatal"), r.get("hybrid_error"), r.get("inductor_error") and f"Inductor: {r['inductor_error']}"]
+        full += r.get("events", [])
+        full = [f for f in full if f and not r.get("skipped")]
+        if full:
+            details.append(f"- **{r['model']}**: " + " / ".join(full))
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        f.write("\n".join(header + [summary, ""] + table(rows) + (details if len(details) > 3 else [])) + "\n")
+
+
+if __name__ == "__main__":
+    main()
