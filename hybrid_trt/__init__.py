@@ -9,6 +9,8 @@ from torch._dynamo.backends import registry as _dynamo_registry
 from .backend import hybrid_trt_backend
 from .options import Options, make_options, valid_keys
 from .report import CompileReport, last_report, reports
+# The functions shadow the subpackage's name on purpose: ``hybrid_trt.export(...)`` / ``hybrid_trt.load(...)``.
+from .export import export, load  # noqa: E402
 
 
 def _register() -> None:
@@ -28,5 +30,5 @@ def _register() -> None:
 _register()
 
 __all__ = ["hybrid_trt_backend", "Options", "make_options", "valid_keys", "CompileReport", "reports",
-           "last_report"]
+           "last_report", "export", "load"]
 __version__ = "0.1.0"

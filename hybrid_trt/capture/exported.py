@@ -1,0 +1,72 @@
+"""The torch.export front end: a model and example inputs -> the ATen graph the partitioner takes.
+
+It gives the middle passes what the Dynamo front end gives them (``backend.hybrid_trt_backend``): an ATen-level,
+functional graph decomposed with ``capture_decompositions()`` (ops that have a lowering kept whole), the fake
+values of its placeholders, and which placeholders hold weights (by index, with their real tensors).
+
+torch.export keeps CompositeImplicitAutograd ops (``conv2d``, ``linear``, ``upsample_nearest2d.vec``) whole in
+its IR, while AOTAutograd under Dynamo always decomposes them, so the table here is theirs (each CIA op's own
+decomposition) plus Inductor's, minus every op the lowering registry lowers whole: both front ends then hand
+the partitioner the same ops.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Optional
+
+import torch
+import torch.fx as fx
+from torch.export import ExportedProgram
+from torch.export.graph_signature import InputKind, OutputKind
+
+from . import capture_decompositions
+
+
+@dataclasses.dataclass
+class ExportCapture:
+    gm: fx.GraphModule  # ATen, functional, decomposed; placeholders: weights first, then the user inputs
+    inputs: list  # fake value of every placeholder of ``gm``, in order
+    weights: dict[int, torch.Tensor]  # placeholder index -> real tensor (parameters, buffers, lifted constants)
+    user_inputs: list[int]  # placeholder indices of the user's (flattened) inputs
+    input_names: list[str]  # their names (forward's argument names for plain tensor arguments)
+    program: ExportedProgram  # decomposed; its in/out specs flatten and rebuild the user's arguments and outputs
+
+
+def export_decompositions() -> dict:
+    from torch.export.exported_program import _split_decomp_table_to_cia_and_python_decomp
+    from ..lowerings import registered_targets
+    cia, _core = _split_decomp_table_to_cia_and_python_decomp(dict(torch.export.default_decompositions().materialize()))
+    keep = registered_targets()
+    table = {op: fn for op, fn in cia.items() if op not in keep}
+    table.update(capture_decompositions())
+    return table
+
+
+def capture_export(model: torch.nn.Module, args: tuple, kwargs: Optional[dict] = None,
+                   dynamic_shapes: Any = None) -> ExportCapture:
+    """torch.export ``model`` (non-strict, inference) and decompose it for the partitioner."""
+    with torch.no_grad():
+        program = torch.export.export(model, tuple(args), kwargs or {}, dynamic_shapes=dynamic_shapes, strict=False)
+        program = program.run_decompositions(export_decompositions())
+    signature = program.graph_signature
+    mutated = [s for s in signature.output_specs if s.kind not in (OutputKind.USER_OUTPUT,)]
+    if mutated:
+        raise ValueError(
+            "hybrid_trt.export: the model writes to its own state in forward "
+            f"({', '.join(sorted(str(s.target) for s in mutated))}); an exported package runs a pure function of "
+            "its inputs. Move the state update out of forward (or keep it in eager PyTorch).")
+    placeholders = [n for n in program.graph_module.graph.nodes if n.op == "placeholder"]
+    tensors = {**program.state_dict, **program.constants}
+    weights, user_inputs, names = {}, [], []
+    for i, (node, spec) in enumerate(zip(placeholders, signature.input_specs)):
+        if spec.kind is InputKind.USER_INPUT:
+            user_inputs.append(i)
+            names.append(node.name)
+        elif spec.kind in (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR):
+            value = tensors[spec.target]
+            if isinstance(value, torch.Tensor):
+                weights[i] = value.detach()
+        else:
+            raise ValueError(f"hybrid_trt.export: unsupported graph input {node.name!r} of kind {spec.kind.name}")
+    return ExportCapture(program.graph_module, [n.meta.get("val") for n in placeholders], weights, user_inputs,
+                         names, program)

@@ -1,0 +1,9 @@
+"""Export and deploy: build engines ahead of time into one package, load it on the target without building.
+
+``hybrid_trt.export(model, example_inputs, ..., path=...)`` writes the package; ``hybrid_trt.load(path)``
+returns a callable; ``hybrid-trt`` (``cli.py``) exports, inspects, verifies and benchmarks packages.
+"""
+from .api import DeployedModel, ExportError, export, load
+from .package import EXIT_CODES, PackageError
+
+__all__ = ["export", "load", "DeployedModel", "ExportError", "PackageError", "EXIT_CODES"]

@@ -1,0 +1,544 @@
+"""``hybrid_trt.export`` and ``hybrid_trt.load``.
+
+Export is the backend's pipeline with other ends, not a second pipeline:
+
+    torch.export (capture/exported.py)  ->  partition -> lower -> engines (build/store) -> stitch  (backend.py)
+                                        ->  AOTInductor (this module)  ->  package (package.py)
+
+The engine store the partitions build into is rooted inside the package being written, so the engines the
+stitched graph's ``hybrid_trt::delegate(key, ...)`` calls name are exactly the package's files. Symbolic
+partitions (``dynamic_shapes``) build their per-shape engines when the compiled package first runs each listed
+input shape; those runs also check the package against eager PyTorch and become the package's reference data.
+
+``load`` opens a package, checks every file against its checksum, loads each partition's engines from the
+package's store with the runtime in deploy mode (any build, lowering or Inductor fallback raises) and loads the
+AOTInductor package. Nothing is traced, lowered or built.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import pathlib
+import shutil
+import time
+from typing import Any, Callable, Optional, Sequence
+
+import torch
+import torch.utils._pytree as pytree
+
+from ..log import logger
+from . import package as pkg
+from .package import PackageError
+
+# Engines of a package are never evicted from its store.
+_NO_EVICTION = 1 << 62
+DEFAULT_RTOL = 1e-3
+DEFAULT_ATOL = 1e-4
+
+
+class ExportError(RuntimeError):
+    """Export could not produce a package; the message says what failed and what to do."""
+
+
+Progress = Callable[[str, int, int], None]  # (what is happening, steps done, steps in all)
+
+
+# ---------------------------------------------------------------------------------------------- export
+
+
+def export(model: torch.nn.Module, example_inputs, *, dynamic_shapes=None, shapes=None, options=None,
+           path, rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL,
+           progress: Optional[Progress] = None) -> pathlib.Path:
+    """Build engines for every listed input shape, compile the rest with AOTInductor, write one package.
+
+    ``example_inputs``: a tensor or a tuple of tensors (the model's positional arguments).
+    ``shapes``: the input shapes to build engines for, each a dict ``{input name: shape}`` (inputs not named
+    keep the example's shape) or a tuple of tensors; default: the example's shapes. When they differ and
+    ``dynamic_shapes`` is None, the dimensions that differ become dynamic.
+    ``path``: a directory, or a file ending in .zip or .tar. ``rtol``/``atol``: how closely the package must
+    match eager PyTorch on every listed shape (checked here, and again by ``hybrid-trt verify``).
+    Returns the path written. Raises ExportError (or the model's own error from torch.export).
+    """
+    from ..options import make_options
+    from ..report import new_report
+
+    progress = progress or (lambda what, done, total: None)
+    t_start = time.perf_counter()
+    args = tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
+    if not all(isinstance(a, torch.Tensor) for a in args):
+        raise ExportError("hybrid_trt.export: example_inputs must be tensors (positional arguments of forward); "
+                          f"got {[type(a).__name__ for a in args]}")
+    names = _input_names(model, len(args))
+    cases = _cases(args, names, shapes)
+    if dynamic_shapes is None and len({tuple(tuple(t.shape) for t in c) for c in cases}) > 1:
+        dynamic_shapes = _derived_dynamic_shapes(cases, names)
+    export_args = max(cases, key=lambda c: sum(t.numel() for t in c)) if dynamic_shapes is not None else args
+    opts = make_options(options)
+    path = pathlib.Path(path)
+    staging = pkg.staging_dir(path)
+    try:
+        with torch.no_grad():
+            model = model.eval()
+            eager = [_flat_outputs(model(*c)) for c in cases]
+        progress("capturing with torch.export", 0, 1)
+        from ..capture.exported import capture_export
+        try:
+            capture = capture_export(model, export_args, dynamic_shapes=dynamic_shapes)
+        except Exception as e:
+            raise ExportError(f"torch.export could not capture the model: {type(e).__name__}: {e}") from e
+        progress("partitioning and building engines", 0, 1)
+        report = new_report()
+        store_root = staging / pkg.ENGINES
+        stitched, runtimes = _middle(capture, opts, report, store_root, max(len(cases), 1))
+        static = [r for r in runtimes if not r.symbolic]
+        symbolic = [r for r in runtimes if r.symbolic]
+        total = len(static) + len(symbolic) * len(cases) + 1
+        done = len(static)
+        progress(f"{len(static)} static engine(s) built; compiling the rest with AOTInductor", done, total)
+        program = _reexport(stitched, capture, export_args)
+        try:
+            torch._inductor.aoti_compile_and_package(program, package_path=str(staging / pkg.AOTI_PACKAGE))
+        except Exception as e:
+            raise ExportError(f"AOTInductor could not compile the graph left to Inductor: {type(e).__name__}: "
+                              f"{e}") from e
+        done += 1
+        compiled = torch._inductor.aoti_load_package(str(staging / pkg.AOTI_PACKAGE))
+        references = []
+        for i, (case, expected) in enumerate(zip(cases, eager)):
+            progress(f"building engines for input shapes {_shapes_text(case)}", done, total)
+            with torch.no_grad():
+                got = _flat_outputs(compiled(*case))
+            problem = compare_outputs(got, expected, rtol, atol)
+            if problem:
+                raise ExportError(f"the compiled package does not match eager PyTorch for input shapes "
+                                  f"{_shapes_text(case)}: {problem}. Loosen rtol/atol if this is expected "
+                                  "numerical difference, or report the partition (see the report)")
+            done += len(symbolic)
+            references.append(_save_reference(staging, i, case, expected))
+        progress("writing the package", done, total)
+        _check_runtimes(runtimes)
+        del compiled
+        partitions = _partition_table(report, runtimes, store_root, staging)
+        manifest = _manifest(capture, cases, names, opts, report, partitions, references, runtimes, rtol, atol,
+                             time.perf_counter() - t_start)
+        _prune_store(store_root, partitions)
+        manifest["files"] = pkg.file_table(staging)
+        pkg.write_manifest(staging, manifest)
+        written = pkg.finish(staging, path)
+        progress("done", total, total)
+        logger.info("hybrid_trt: package written to %s in %.1f s", written, time.perf_counter() - t_start)
+        return written
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def _middle(capture, opts, report, store_root: pathlib.Path, n_shapes: int):
+    """The backend's middle passes on the exported graph, building into the package's engine store."""
+    from ..backend import _hybrid_graph
+    from ..engines.runtime import Policy
+    from ..engines.store import EngineStore
+    store = EngineStore(store_root, _NO_EVICTION)
+    policy = Policy(strict=opts.strict, max_engines=max(opts.max_engines_per_partition, n_shapes))
+    opts = dataclasses.replace(opts, cache=True, cache_dir=str(store_root), cache_max_bytes=_NO_EVICTION)
+    return _hybrid_graph(capture.gm, capture.inputs, capture.weights, len(capture.inputs), opts, report, store,
+                         policy, {})
+
+
+class _Stitched(torch.nn.Module):
+    """The stitched graph as a module of the user's inputs: the weights it still reads (those Inductor computes
+    with; the delegated ones are inside the engines) are its buffers, so AOTInductor embeds them."""
+
+    def __init__(self, gm: torch.fx.GraphModule, weights: dict, n_placeholders: int, user_inputs: list):
+        super().__init__()
+        self.graph_module = gm
+        used = {i for i, n in enumerate(n for n in gm.graph.nodes if n.op == "placeholder") if n.users}
+        self._weight_slots = []
+        for i, tensor in weights.items():
+            if i in used:
+                self.register_buffer(f"weight_{i}", tensor)
+                self._weight_slots.append((i, f"weight_{i}"))
+        self._n = n_placeholders
+        self._user = list(user_inputs)
+
+    def forward(self, *inputs):
+        args: list[Any] = [None] * self._n
+        for i, name in self._weight_slots:
+            args[i] = getattr(self, name)
+        for i, x in zip(self._user, inputs):
+            args[i] = x
+        return tuple(self.graph_module(*args))
+
+
+def _reexport(stitched: torch.fx.GraphModule, capture, example: tuple):
+    """torch.export the stitched graph (delegate calls included, as opaque custom ops) for AOTInductor, with
+    the same dynamic dimensions and ranges as the capture."""
+    from torch.export import Dim
+    module = _Stitched(stitched, capture.weights, len(capture.inputs), capture.user_inputs)
+    ranges = capture.program.range_constraints
+    dims: dict = {}
+    spec = []
+    for i in capture.user_inputs:
+        val = capture.inputs[i]
+        per_input = {}
+        for d, size in enumerate(val.shape):
+            if isinstance(size, int):
+                continue
+            expr = size.node.expr
+            if expr.is_Symbol:
+                if expr not in dims:
+                    r = ranges.get(expr)
+                    lo = int(r.lower) if r is not None and r.lower.is_finite else 0
+                    hi = int(r.upper) if r is not None and r.upper.is_finite else None
+                    dims[expr] = Dim(str(expr), min=max(lo, 0), max=hi) if hi is not None else Dim(str(expr), min=lo)
+                per_input[d] = dims[expr]
+            else:
+                per_input[d] = Dim.AUTO
+        spec.append(per_input or None)
+    try:
+        with torch.no_grad():
+            return torch.export.export(module, example, dynamic_shapes=tuple(spec) if dims or any(spec) else None,
+                                       strict=False)
+    except Exception as e:
+        raise ExportError(f"the stitched graph could not be exported for AOTInductor: {type(e).__name__}: {e}") \
+            from e
+
+
+def _check_runtimes(runtimes) -> None:
+    """Every partition serves every listed shape from an engine: a fallback or a bound reached at export would
+    make the package build (or fail) on the target."""
+    problems = []
+    for r in runtimes:
+        for event in r.report.events:
+            problems.append(f"{r.name} ({r.delegate.name}): {event}")
+        if r.report.status != "delegated":
+            problems.append(f"{r.name} ({r.delegate.name}): {r.report.status}")
+    if problems:
+        raise ExportError("a delegated partition has no engine for a listed shape: " + "; ".join(problems) +
+                          ". Drop the shape, raise max_engines_per_partition, or keep the op with Inductor "
+                          "(force_inductor_ops)")
+
+
+def _partition_table(report, runtimes, store_root: pathlib.Path, staging: pathlib.Path) -> list[dict]:
+    """Per delegated partition: its key, delegate and the store entries (engines per input shape) it uses."""
+    entries = _store_entries(store_root)
+    by_report = {id(r.report): r for r in runtimes}
+    out = []
+    for preport in report.partitions:
+        runtime = by_report.get(id(preport))
+        if runtime is None:
+            continue  # fell back to Inductor at build time: compiled into the AOTInductor package
+        engines = []
+        for path, meta in entries:
+            if meta.get("key") == runtime.key or meta.get("partition") == runtime.key:
+                engines.append({
+                    "kind": meta.get("kind"),
+                    "signature": meta.get("signature"),
+                    "entry": path.relative_to(staging).as_posix(),
+                    "files": sorted(meta.get("files", {})),
+                    "bytes": sum(int(f.get("size", 0)) for f in meta.get("files", {}).values()),
+                })
+        out.append({"index": preport.index, "name": runtime.name, "delegate": runtime.delegate.name,
+                    "key": runtime.key, "symbolic": runtime.symbolic, "op_count": preport.op_count,
+                    "input_shapes": preport.input_shapes, "output_shapes": preport.output_shapes,
+                    "delegate_options": pkg.jsonable(runtime.delegate_options),
+                    "signatures": [e["signature"] for e in engines if e["kind"] in ("static", "shape")],
+                    "engines": engines})
+    return out
+
+
+def _store_entries(store_root: pathlib.Path) -> list[tuple[pathlib.Path, dict]]:
+    out = []
+    for meta_path in sorted(store_root.glob("v*/*/*/meta.json")):
+        try:
+            out.append((meta_path.parent, json.loads(meta_path.read_text())))
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def _prune_store(store_root: pathlib.Path, partitions: list[dict]) -> None:
+    """Entries no partition of the final graph uses (a partition that fell back after building), and the
+    store's lock files, are not shipped."""
+    used = {e["entry"].split("/", 1)[1] for p in partitions for e in p["engines"]}
+    for path, _meta in _store_entries(store_root):
+        if path.relative_to(store_root).as_posix() not in used:
+            shutil.rmtree(path, ignore_errors=True)
+    shutil.rmtree(store_root / "locks", ignore_errors=True)
+
+
+def _manifest(capture, cases, names, opts, report, partitions, references, runtimes, rtol, atol,
+              seconds) -> dict:
+    from .. import __version__
+    from ..engines.key import environment
+    device = _device_of(cases[0])
+    delegates = sorted({r.delegate.name for r in runtimes})
+    env = {d: environment(d, device) for d in delegates}
+    return {
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "export_seconds": round(seconds, 3),
+        "hybrid_trt": __version__,
+        "device": str(device),
+        "versions": _versions(env),
+        "gpu_arch": next((e["gpu_arch"] for e in env.values()), _gpu_arch(device)),
+        "environment": env,
+        "options": pkg.jsonable(dataclasses.asdict(opts)),
+        "inputs": [{"name": n, "dtype": str(t.dtype).replace("torch.", ""),
+                    "dynamic_dims": [d for d, s in enumerate(capture.inputs[i].shape) if not isinstance(s, int)]}
+                   for n, t, i in zip(names, cases[0], capture.user_inputs)],
+        "shapes": [[list(t.shape) for t in case] for case in cases],
+        "io": {"out_spec": pytree.treespec_dumps(capture.program.call_spec.out_spec)},
+        "partitions": partitions,
+        "reference": references,
+        "tolerance": {"rtol": rtol, "atol": atol},
+        "report": pkg.jsonable(report.to_dict()),
+        "report_text": report.table(),
+    }
+
+
+def _versions(env: dict) -> dict:
+    import onnx
+    out = {"hybrid_trt": None, "torch": torch.__version__, "onnx": onnx.__version__, "cuda": torch.version.cuda}
+    from .. import __version__
+    out["hybrid_trt"] = __version__
+    for e in env.values():
+        name, _, version = e.get("library", "").partition(" ")
+        if name:
+            out[name] = version
+    return out
+
+
+def _gpu_arch(device: torch.device) -> str:
+    if device.type == "cuda":
+        major, minor = torch.cuda.get_device_capability(device)
+        return f"sm_{major}{minor}"
+    return "cpu"
+
+
+# ---------------------------------------------------------------------------------------------- inputs
+
+
+def _input_names(model: torch.nn.Module, n: int) -> list[str]:
+    import inspect
+    try:
+        params = [p for p in inspect.signature(model.forward).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        params = []
+    names = [p.name for p in params[:n]]
+    return names + [f"input_{i}" for i in range(len(names), n)]
+
+
+def _cases(args: tuple, names: list[str], shapes) -> list[tuple]:
+    """The example inputs of every listed shape: the example itself where the shape matches, else random
+    values of the example's dtype (integers within the example's range)."""
+    if not shapes:
+        return [args]
+    cases = []
+    for entry in shapes:
+        if isinstance(entry, (tuple, list)) and all(isinstance(t, torch.Tensor) for t in entry):
+            if len(entry) != len(args):
+                raise ExportError(f"shapes entry has {len(entry)} tensors; the model takes {len(args)}")
+            cases.append(tuple(entry))
+            continue
+        if not isinstance(entry, dict):
+            raise ExportError(f"shapes entries are dicts {{input name: shape}} or tuples of tensors; got {entry!r}")
+        unknown = sorted(set(entry) - set(names))
+        if unknown:
+            raise ExportError(f"shapes names unknown input(s) {unknown}; the model's inputs are {names}")
+        gen = torch.Generator().manual_seed(len(cases))
+        case = []
+        for name, example in zip(names, args):
+            shape = tuple(int(s) for s in entry.get(name, example.shape))
+            if len(shape) != example.dim():
+                raise ExportError(f"shape {list(shape)} for input {name!r} has {len(shape)} dimensions; the example "
+                                  f"has {example.dim()} ({list(example.shape)})")
+            case.append(example if shape == tuple(example.shape) else _random_like(example, shape, gen))
+        cases.append(tuple(case))
+    return cases
+
+
+def _random_like(example: torch.Tensor, shape, gen) -> torch.Tensor:
+    if example.dtype.is_floating_point or example.dtype.is_complex:
+        return torch.randn(shape, generator=gen, dtype=example.dtype).to(example.device)
+    if example.dtype == torch.bool:
+        return (torch.rand(shape, generator=gen) > 0.5).to(example.device)
+    lo = int(example.min()) if example.numel() else 0
+    hi = int(example.max()) + 1 if example.numel() else 2
+    return torch.randint(lo, max(hi, lo + 1), shape, generator=gen, dtype=example.dtype).to(example.device)
+
+
+def _derived_dynamic_shapes(cases: list[tuple], names: list[str]) -> tuple:
+    """Dimensions whose size differs among the listed shapes become dynamic, over the listed range."""
+    from torch.export import Dim
+    spec = []
+    for i, name in enumerate(names):
+        sizes = [c[i].shape for c in cases]
+        per_input = {}
+        for d in range(len(sizes[0])):
+            values = {s[d] for s in sizes}
+            if len(values) > 1:
+                per_input[d] = Dim(f"{name}_{d}", min=min(values), max=max(values))
+        spec.append(per_input or None)
+    return tuple(spec)
+
+
+def _flat_outputs(out) -> list[torch.Tensor]:
+    leaves = pytree.tree_leaves(out)
+    return [x.detach() if isinstance(x, torch.Tensor) else torch.as_tensor(x) for x in leaves]
+
+
+def compare_outputs(got: Sequence[torch.Tensor], expected: Sequence[torch.Tensor], rtol: float,
+                    atol: float) -> Optional[str]:
+    """None when ``got`` matches ``expected``; else what differs (first mismatch)."""
+    if len(got) != len(expected):
+        return f"{len(got)} outputs, expected {len(expected)}"
+    for k, (g, e) in enumerate(zip(got, expected)):
+        if g.shape != e.shape or g.dtype != e.dtype:
+            return f"output {k}: {g.dtype}{list(g.shape)}, expected {e.dtype}{list(e.shape)}"
+        g, e = g.cpu(), e.cpu()
+        if e.dtype.is_floating_point:
+            close = torch.isclose(g, e, rtol=rtol, atol=atol * max(1.0, float(e.abs().max()) if e.numel() else 1.0),
+                                  equal_nan=True)
+        else:
+            close = g == e
+        if not bool(close.all()):
+            bad = int((~close).sum())
+            err = float((g.double() - e.double()).abs().max())
+            return f"output {k}: {bad}/{e.numel()} elements differ (max abs error {err:.3g}, rtol {rtol}, atol {atol})"
+    return None
+
+
+def _save_reference(staging: pathlib.Path, i: int, case, expected) -> dict:
+    (staging / pkg.REFERENCE).mkdir(exist_ok=True)
+    name = f"{pkg.REFERENCE}/case_{i}.pt"
+    torch.save({"inputs": [t.detach().cpu() for t in case], "outputs": [t.cpu() for t in expected]},
+               staging / name)
+    return {"file": name, "input_shapes": [list(t.shape) for t in case]}
+
+
+def _shapes_text(case) -> str:
+    return "[" + ", ".join("x".join(map(str, t.shape)) for t in case) + "]"
+
+
+def _device_of(case) -> torch.device:
+    return next((t.device for t in case if isinstance(t, torch.Tensor)), torch.device("cpu"))
+
+
+# ---------------------------------------------------------------------------------------------- load
+
+
+class DeployedModel:
+    """A loaded package: call it like the model (positional tensor inputs). Holds its partitions' runtimes
+    (the key registry's references are weak) and the AOTInductor model."""
+
+    def __init__(self, package: pkg.Package, aoti, runtimes: list, device: torch.device):
+        self.package = package
+        self.manifest = package.manifest
+        self.device = device
+        self._aoti = aoti
+        self._runtimes = runtimes
+        self._out_spec = pytree.treespec_loads(self.manifest["io"]["out_spec"])
+        self._n_inputs = len(self.manifest["inputs"])
+        self._static = all(not i["dynamic_dims"] for i in self.manifest["inputs"])
+        self._listed = {tuple(tuple(s) for s in case) for case in self.manifest["shapes"]}
+
+    def __call__(self, *inputs):
+        if len(inputs) != self._n_inputs:
+            raise TypeError(f"the package takes {self._n_inputs} input(s) "
+                            f"({', '.join(i['name'] for i in self.manifest['inputs'])}), got {len(inputs)}")
+        if self._static and tuple(tuple(t.shape) for t in inputs) not in self._listed:
+            raise self._missing_shape(inputs)
+        try:
+            flat = self._aoti(*inputs)
+        except RuntimeError as e:
+            deploy = _deploy_error(e)
+            if deploy is not None:
+                raise deploy from None
+            raise
+        return pytree.tree_unflatten(list(flat), self._out_spec)
+
+    def _missing_shape(self, inputs):
+        from ..engines.runtime import EngineNotInPackage
+        shapes = _shapes_text(inputs)
+        parts = "; ".join(f"{p['name']} ({p['delegate']}) has engines for {p['signatures']}"
+                          for p in self.manifest["partitions"])
+        listed = ", ".join(_shapes_text_lists(c) for c in self.manifest["shapes"])
+        return EngineNotInPackage(
+            f"hybrid_trt package {self.package.source}: no engines for input shapes {shapes}: {parts or 'no partitions'}. "
+            f"The package was exported for input shapes {listed} (static). Export again listing this shape "
+            "(hybrid-trt export --shape ...) or with dynamic dimensions.")
+
+    @property
+    def report_text(self) -> str:
+        return self.manifest.get("report_text", "")
+
+
+def _shapes_text_lists(case) -> str:
+    return "[" + ", ".join("x".join(map(str, s)) for s in case) + "]"
+
+
+def _deploy_error(e: RuntimeError):
+    """The runtime's own error when AOTInductor's proxy executor wrapped it (it passes Python errors of custom
+    ops on as RuntimeError text)."""
+    from ..engines.runtime import EngineNotInPackage, BuildInDeployMode
+    text = str(e)
+    for cls in (EngineNotInPackage, BuildInDeployMode):
+        marker = cls.__name__ + ": "
+        if marker in text:
+            message = text.split(marker, 1)[1].split("\n\nAt:", 1)[0].strip()
+            return cls(message)
+    return None
+
+
+def load(path, *, device=None) -> DeployedModel:
+    """Open a package and return a callable that runs the model. Nothing is traced, lowered or built: every
+    file is checked against the manifest's checksums, engines are loaded from the package (the runtime in
+    deploy mode refuses any build), and the AOTInductor package is loaded. Raises PackageError."""
+    from ..engines.runtime import Policy, load_runtime
+    from ..engines.store import EngineStore
+    t0 = time.perf_counter()
+    package = pkg.open_package(path)
+    for check in pkg.check_files(package):
+        if not check.passed:
+            raise PackageError(f"hybrid_trt package {package.source}: {check.detail}", check.name)
+    manifest = package.manifest
+    device = _load_device(manifest, device)
+    store = EngineStore(package.engine_root, _NO_EVICTION)
+    policy = Policy(strict=True, max_engines=0, deploy=True)
+    runtimes = []
+    for part in manifest["partitions"]:
+        runtime = load_runtime(part["key"], store, device, policy, name=part["name"])
+        if runtime is None:
+            from ..engines.key import environment
+            diffs = pkg.environment_differences(manifest, environment)
+            raise PackageError(
+                f"hybrid_trt package {package.source}: {part['name']} ({part['delegate']}) does not load here"
+                + (f": engines were built under another environment ({'; '.join(diffs)})" if diffs else "")
+                + ". Export the package again on a machine like this one.", "environment")
+        runtime.deploy_signatures = list(part["signatures"])
+        runtimes.append(runtime)
+    try:
+        aoti = torch._inductor.aoti_load_package(str(package.aoti_path),
+                                                 device_index=device.index if device.type == "cuda" and
+                                                 device.index is not None else -1)
+    except Exception as e:
+        raise PackageError(f"hybrid_trt package {package.source}: the AOTInductor package does not load "
+                           f"({type(e).__name__}: {e}); export it again with this torch version", "environment") \
+            from e
+    logger.info("hybrid_trt: package %s loaded in %.3f s (%d partition(s))", package.source,
+                time.perf_counter() - t0, len(runtimes))
+    return DeployedModel(package, aoti, runtimes, device)
+
+
+def _load_device(manifest: dict, device) -> torch.device:
+    built = torch.device(manifest.get("device", "cpu"))
+    if device is None:
+        return built
+    device = torch.device(device)
+    if device.type != built.type:
+        raise PackageError(f"the package was compiled for {built.type}; AOTInductor code and engines are specific "
+                           f"to the device type, so it cannot run on {device}. Export it with inputs on "
+                           f"{device.type}.", "environment")
+    return device

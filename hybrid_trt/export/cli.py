@@ -1,0 +1,445 @@
+"""``hybrid-trt``: export a model to a package, inspect, verify and benchmark packages.
+
+    hybrid-trt export MODULE:FACTORY --out PATH [--shape NAME=1x3x224x224[,NAME=...]] [--dynamic NAME:DIM[=MIN:MAX]]
+                      [--option KEY=VALUE]
+    hybrid-trt inspect PATH [--json]
+    hybrid-trt verify PATH [--json]
+    hybrid-trt bench PATH [--model MODULE:FACTORY] [--iters N]
+
+FACTORY is a function of MODULE (an importable module, or a path to a .py file) that returns the model and its
+example inputs (a tensor or a tuple of tensors). Exit codes: 0 success; 1 export or bench failed; 2 bad
+arguments; verify: the first failing check's code (``package.EXIT_CODES``: 3 manifest, 4 missing file,
+5 checksum, 6 version/architecture, 7 reference outputs).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import json
+import pathlib
+import statistics
+import sys
+import time
+from typing import Optional
+
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+
+class UsageError(Exception):
+    pass
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    try:
+        return args.run(args)
+    except UsageError as e:
+        print(f"hybrid-trt {args.command}: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print(f"hybrid-trt {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="hybrid-trt", description="Build hybrid_trt packages ahead of time and check them on the target.",
+        epilog="Run 'hybrid-trt COMMAND --help' for a command's options.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser("export", help="export a model to a package (engines per input shape + AOTInductor)",
+                       description="Capture MODULE:FACTORY's model with torch.export, build an engine for every "
+                       "delegated partition and listed input shape, compile the rest with AOTInductor and write "
+                       "one package (a directory, or a .zip/.tar file).")
+    p.add_argument("factory", metavar="MODULE:FACTORY",
+                   help="function returning (model, example_inputs); MODULE is importable or a .py path")
+    p.add_argument("--out", required=True, metavar="PATH", help="package directory, or a file ending .zip/.tar")
+    p.add_argument("--shape", action="append", default=[], metavar="NAME=1x3x224x224[,NAME=...]",
+                   help="input shapes to build engines for; repeat for several shapes (inputs not named keep the "
+                   "example's shape). Default: the example's shapes")
+    p.add_argument("--dynamic", action="append", default=[], metavar="NAME:DIM[=MIN:MAX]",
+                   help="make dimension DIM of input NAME dynamic (range MIN..MAX); repeatable. Default: "
+                   "dimensions that differ among the --shape values")
+    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                   help="a hybrid_trt option (see README: Options); repeatable")
+    p.add_argument("--rtol", type=float, default=None, help="relative tolerance against eager (default 1e-3)")
+    p.add_argument("--atol", type=float, default=None, help="absolute tolerance against eager (default 1e-4)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar and no report")
+    p.add_argument("--traceback", action="store_true", help="show the traceback of an unexpected failure")
+    p.set_defaults(run=_export)
+
+    p = sub.add_parser("inspect", help="print a package's manifest as tables",
+                       description="Print partitions, delegates, shapes, engine sizes and versions of a package.")
+    p.add_argument("path", metavar="PATH", help="package directory or .zip/.tar file")
+    p.add_argument("--json", action="store_true", help="print the manifest as JSON")
+    p.set_defaults(run=_inspect)
+
+    p = sub.add_parser("verify", help="check a package: checksums, versions, reference outputs",
+                       description="Check every file's checksum, this machine's versions and GPU architecture "
+                       "against the package's, and run the reference inputs against the stored outputs. Prints "
+                       "a verdict per check; exits 0 only when all pass (codes: 3 manifest, 4 missing file, "
+                       "5 checksum mismatch, 6 version/architecture mismatch, 7 reference outputs).")
+    p.add_argument("path", metavar="PATH", help="package directory or .zip/.tar file")
+    p.add_argument("--json", action="store_true", help="print the verdicts as JSON")
+    p.set_defaults(run=_verify)
+
+    p = sub.add_parser("bench", help="latency of a package (and of eager PyTorch) on its reference inputs",
+                       description="Load the package and time it on its reference inputs: median and "
+                       "percentiles. With --model, the eager model is timed on the same inputs beside it.")
+    p.add_argument("path", metavar="PATH", help="package directory or .zip/.tar file")
+    p.add_argument("--model", metavar="MODULE:FACTORY", help="the model's factory, to time eager PyTorch too")
+    p.add_argument("--iters", type=int, default=50, help="timed calls per input shape (default 50)")
+    p.add_argument("--warmup", type=int, default=5, help="untimed calls first (default 5)")
+    p.add_argument("--json", action="store_true", help="print the results as JSON")
+    p.set_defaults(run=_bench)
+    return parser
+
+
+# ---------------------------------------------------------------------------------------------- export
+
+
+def _export(args) -> int:
+    from .api import DEFAULT_ATOL, DEFAULT_RTOL, ExportError, export
+    from .package import PackageError
+    shapes = [parse_shape(s) for s in args.shape] or None
+    dynamic = parse_dynamic(args.dynamic) if args.dynamic else None
+    options = parse_options(args.option)
+    model, example = load_factory(args.factory)
+    example = tuple(example) if isinstance(example, (tuple, list)) else (example,)
+    if dynamic is not None:
+        from .api import _input_names
+        dynamic = _dynamic_spec(dynamic, _input_names(model, len(example)))
+    bar = None if args.quiet else ProgressBar()
+    try:
+        path = export(model, example, dynamic_shapes=dynamic, shapes=shapes, options=options, path=args.out,
+                      rtol=DEFAULT_RTOL if args.rtol is None else args.rtol,
+                      atol=DEFAULT_ATOL if args.atol is None else args.atol,
+                      progress=bar.update if bar else None)
+    except (ExportError, PackageError, ValueError) as e:
+        if bar:
+            bar.close()
+        print(f"hybrid-trt export: error: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    except Exception as e:  # noqa: BLE001 - the command reports any failure readably
+        if bar:
+            bar.close()
+        print(f"hybrid-trt export: error: export failed with {type(e).__name__}: {e}"
+              + ("" if args.traceback else "\n(--traceback shows where)"), file=sys.stderr)
+        if args.traceback:
+            raise
+        return EXIT_FAILED
+    if bar:
+        bar.close()
+    if not args.quiet:
+        from .package import open_package
+        print(open_package(path).manifest.get("report_text", ""))
+    print(f"package written: {path}")
+    return 0
+
+
+def parse_shape(text: str) -> dict:
+    """``x=1x3x224x224,y=1x10`` -> {"x": (1, 3, 224, 224), "y": (1, 10)}."""
+    out = {}
+    for item in text.split(","):
+        name, sep, dims = item.partition("=")
+        try:
+            if not sep or not name.strip():
+                raise ValueError
+            out[name.strip()] = tuple(int(d) for d in dims.lower().split("x"))
+        except ValueError:
+            raise UsageError(f"--shape {text!r}: expected NAME=1x3x224x224 (several inputs: "
+                             "NAME=...,NAME=...)") from None
+    return out
+
+
+def parse_dynamic(items: list[str]) -> dict:
+    """``x:0=1:8`` -> {"x": {0: (1, 8)}}; ``x:0`` -> {"x": {0: None}} (range inferred)."""
+    out: dict = {}
+    for text in items:
+        try:
+            head, _, rng = text.partition("=")
+            name, _, dim = head.partition(":")
+            bounds = None
+            if rng:
+                lo, _, hi = rng.partition(":")
+                bounds = (int(lo), int(hi))
+            out.setdefault(name.strip(), {})[int(dim)] = bounds
+            if not name.strip():
+                raise ValueError
+        except ValueError:
+            raise UsageError(f"--dynamic {text!r}: expected NAME:DIM or NAME:DIM=MIN:MAX, e.g. x:0=1:8") from None
+    return out
+
+
+def _dynamic_spec(dynamic: dict, names: list[str]) -> tuple:
+    from torch.export import Dim
+    unknown = sorted(set(dynamic) - set(names))
+    if unknown:
+        raise UsageError(f"--dynamic names unknown input(s) {unknown}; the model's inputs are {names}")
+    spec = []
+    for name in names:
+        dims = {}
+        for d, bounds in dynamic.get(name, {}).items():
+            dims[d] = Dim(f"{name}_{d}", min=bounds[0], max=bounds[1]) if bounds else Dim.DYNAMIC
+        spec.append(dims or None)
+    return tuple(spec)
+
+
+def parse_options(items: list[str]) -> dict:
+    out = {}
+    for text in items:
+        key, sep, value = text.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"--option {text!r}: expected KEY=VALUE, e.g. min_block_size=3")
+        out[key.strip()] = value
+    try:
+        from ..options import make_options
+        make_options(out)  # unknown keys and bad values are usage errors, named before anything is built
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    return out
+
+
+def load_factory(spec: str):
+    module_name, sep, attr = spec.rpartition(":")
+    if not sep or not module_name or not attr:
+        raise UsageError(f"{spec!r}: expected MODULE:FACTORY, e.g. examples.models:resnet18_example")
+    if str(pathlib.Path.cwd()) not in sys.path:
+        sys.path.insert(0, str(pathlib.Path.cwd()))
+    try:
+        if module_name.endswith(".py"):
+            path = pathlib.Path(module_name)
+            loader = importlib.util.spec_from_file_location(path.stem, path)
+            if loader is None or not path.is_file():
+                raise ImportError(f"no file {path}")
+            module = importlib.util.module_from_spec(loader)
+            sys.modules[path.stem] = module
+            loader.loader.exec_module(module)
+        else:
+            module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise UsageError(f"cannot import {module_name!r}: {e}") from None
+    factory = getattr(module, attr, None)
+    if not callable(factory):
+        raise UsageError(f"{module_name} has no function {attr!r}")
+    result = factory()
+    if not (isinstance(result, (tuple, list)) and len(result) == 2):
+        raise UsageError(f"{spec} must return (model, example_inputs); got {type(result).__name__}")
+    return result
+
+
+class ProgressBar:
+    """tqdm when installed, else a counter on stderr."""
+
+    def __init__(self):
+        try:
+            from tqdm import tqdm
+            self._tqdm = tqdm(total=1, unit="step", file=sys.stderr, leave=False)
+        except ImportError:
+            self._tqdm = None
+        self._last = ""
+
+    def update(self, what: str, done: int, total: int) -> None:
+        if self._tqdm is not None:
+            self._tqdm.total = total
+            self._tqdm.n = done
+            self._tqdm.set_description(what)
+            self._tqdm.refresh()
+        elif what != self._last:
+            print(f"[{done}/{total}] {what}", file=sys.stderr, flush=True)
+        self._last = what
+
+    def close(self) -> None:
+        if self._tqdm is not None:
+            self._tqdm.close()
+
+
+# ---------------------------------------------------------------------------------------------- inspect
+
+
+def _inspect(args) -> int:
+    from .package import PackageError, open_package
+    try:
+        package = open_package(args.path)
+    except PackageError as e:
+        print(f"hybrid-trt inspect: error: {e}", file=sys.stderr)
+        return e.exit_code
+    m = package.manifest
+    if args.json:
+        print(json.dumps(m, indent=1))
+        return 0
+    print(f"package {package.source} (format {m['format_version']}, created {m.get('created')}, "
+          f"device {m.get('device')}, gpu arch {m.get('gpu_arch')})")
+    print("versions: " + ", ".join(f"{k} {v}" for k, v in m.get("versions", {}).items()))
+    print("inputs:   " + ", ".join(f"{i['name']} {i['dtype']}" + (f" dynamic dims {i['dynamic_dims']}"
+                                                                  if i["dynamic_dims"] else "")
+                                   for i in m["inputs"]))
+    print("shapes:   " + "; ".join(", ".join("x".join(map(str, s)) for s in case) for case in m["shapes"]))
+    rows = [("#", "delegate", "ops", "kind", "engines (input shapes)", "size")]
+    for p in m["partitions"]:
+        size = sum(e["bytes"] for e in p["engines"])
+        rows.append((str(p["index"]), p["delegate"], str(p["op_count"]), "dynamic" if p["symbolic"] else "static",
+                     "; ".join(p["signatures"]) or "-", _bytes(size)))
+    print(_table(rows))
+    files = m["files"]
+    total = sum(f["size"] for f in files.values())
+    aoti = files.get("model.pt2", {}).get("size", 0)
+    print(f"files: {len(files)}, {_bytes(total)} (AOTInductor package {_bytes(aoti)})")
+    options = {k: v for k, v in m.get("options", {}).items() if v not in (None, [], False)}
+    print("options: " + ", ".join(f"{k}={v}" for k, v in options.items()))
+    if m.get("report_text"):
+        print(m["report_text"])
+    return 0
+
+
+def _table(rows) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+
+
+def _bytes(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+# ---------------------------------------------------------------------------------------------- verify
+
+
+def verify(path) -> list:
+    """Every check of a package, in order: manifest, files, checksums, environment, reference."""
+    from .package import Check, PackageError, check_environment, check_files, open_package
+    try:
+        package = open_package(path)
+    except PackageError as e:
+        return [Check("manifest", False, str(e))]
+    checks = [Check("manifest", True, f"format {package.manifest['format_version']}, "
+                    f"{len(package.manifest['partitions'])} partition(s), {len(package.manifest['files'])} files")]
+    checks += check_files(package)
+    checks.append(check_environment(package))
+    if not all(c.passed for c in checks[1:3]):
+        checks.append(Check("reference", None, "not run: the package's files are not intact"))
+    else:
+        checks.append(_check_reference(package))
+    return checks
+
+
+def _check_reference(package):
+    import torch
+    from .api import compare_outputs, load, _flat_outputs
+    from .package import Check
+    m = package.manifest
+    try:
+        model = load(package.root)
+    except Exception as e:  # noqa: BLE001 - reported as this check's verdict
+        return Check("reference", False, f"the package does not load: {type(e).__name__}: {e}")
+    tol = m.get("tolerance", {})
+    rtol, atol = tol.get("rtol", 1e-3), tol.get("atol", 1e-4)
+    for ref in m["reference"]:
+        data = torch.load(package.root / ref["file"], weights_only=True)
+        inputs = [t.to(model.device) for t in data["inputs"]]
+        try:
+            with torch.no_grad():
+                got = _flat_outputs(model(*inputs))
+        except Exception as e:  # noqa: BLE001
+            return Check("reference", False, f"input shapes {ref['input_shapes']} fail to run: "
+                         f"{type(e).__name__}: {e}")
+        problem = compare_outputs(got, data["outputs"], rtol, atol)
+        if problem:
+            return Check("reference", False, f"input shapes {ref['input_shapes']}: outputs differ from the stored "
+                         f"ones: {problem}. The engines or this machine compute differently: do not deploy; "
+                         "export again on a machine like this one")
+    return Check("reference", True, f"{len(m['reference'])} reference case(s) match (rtol {rtol}, atol {atol})")
+
+
+def _verify(args) -> int:
+    checks = verify(args.path)
+    code = next((c.exit_code for c in checks if c.passed is False), 0)
+    if args.json:
+        print(json.dumps({"path": str(args.path), "exit_code": code,
+                          "checks": [{"check": c.name, "verdict": c.verdict, "detail": c.detail} for c in checks]},
+                         indent=1))
+    else:
+        for c in checks:
+            print(f"{c.verdict:<5} {c.name:<12} {c.detail}")
+        print("verdict: " + ("all checks passed" if code == 0 else
+                             f"FAILED ({next(c.name for c in checks if c.passed is False)}), exit code {code}"))
+    return code
+
+
+# ---------------------------------------------------------------------------------------------- bench
+
+
+def _bench(args) -> int:
+    import torch
+    from .api import load
+    from .package import PackageError
+    if args.iters < 1 or args.warmup < 0:
+        raise UsageError("--iters must be >= 1 and --warmup >= 0")
+    try:
+        model = load(args.path)
+    except PackageError as e:
+        print(f"hybrid-trt bench: error: {e} (run 'hybrid-trt verify {args.path}')", file=sys.stderr)
+        return e.exit_code
+    eager = None
+    if args.model:
+        eager, _ = load_factory(args.model)
+        eager = eager.eval()
+    results = []
+    for ref in model.manifest["reference"]:
+        data = torch.load(model.package.root / ref["file"], weights_only=True)
+        inputs = [t.to(model.device) for t in data["inputs"]]
+        row = {"input_shapes": ref["input_shapes"], "package": _time(model, inputs, args)}
+        if eager is not None:
+            row["eager"] = _time(eager, inputs, args)
+            row["speedup"] = row["eager"]["median_ms"] / row["package"]["median_ms"]
+        results.append(row)
+    if args.json:
+        print(json.dumps(results, indent=1))
+        return 0
+    header = ("input shapes", "package median ms", "p10", "p90", "p99")
+    rows = [header + (("eager median ms", "speedup") if eager is not None else ())]
+    for r in results:
+        p = r["package"]
+        row = ("; ".join("x".join(map(str, s)) for s in r["input_shapes"]), f"{p['median_ms']:.3f}",
+               f"{p['p10_ms']:.3f}", f"{p['p90_ms']:.3f}", f"{p['p99_ms']:.3f}")
+        if eager is not None:
+            row += (f"{r['eager']['median_ms']:.3f}", f"{r['speedup']:.2f}x")
+        rows.append(row)
+    print(_table(rows))
+    if eager is None:
+        print("(eager not timed: the package stores nothing of the model's code; pass --model MODULE:FACTORY)")
+    return 0
+
+
+def _time(fn, inputs, args) -> dict:
+    import torch
+    sync = torch.cuda.synchronize if inputs and inputs[0].is_cuda else (lambda: None)
+    times = []
+    with torch.no_grad():
+        for _ in range(args.warmup):
+            fn(*inputs)
+        sync()
+        for _ in range(args.iters):
+            t0 = time.perf_counter()
+            fn(*inputs)
+            sync()
+            times.append((time.perf_counter() - t0) * 1e3)
+    times.sort()
+
+    def pct(q):
+        return times[min(len(times) - 1, int(round(q * (len(times) - 1))))]
+    return {"median_ms": statistics.median(times), "p10_ms": pct(0.10), "p90_ms": pct(0.90), "p99_ms": pct(0.99),
+            "iters": len(times)}
+
+
+if __name__ == "__main__":
+    sys.exit(main())

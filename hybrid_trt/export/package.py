@@ -1,0 +1,311 @@
+"""The package: one directory (or one .zip / .tar file of it) holding everything a target needs to run a model.
+
+Layout::
+
+    manifest.json          what is inside and what it was built with (below)
+    model.pt2              the AOTInductor package: the stitched graph, compiled ahead of time
+    engines/               an EngineStore (``engines/store.py`` layout) holding every delegated partition's
+                           engines, one entry per engine, each with its own meta.json
+    reference/case_N.pt    reference inputs and eager outputs, one file per listed input shape
+
+``manifest.json`` holds the format version, the partitions (delegate, content key, engines per input shape),
+the input names and listed shapes, every file with its sha256 and size, the environment the engines were
+built in (versions of hybrid_trt, torch, onnx, the delegate library and CUDA; GPU architecture or CPU ISA),
+the options and the partition report.
+
+Checks (``check_package``) each give a verdict and, when they fail, their own exit code (``EXIT_CODES``), so
+a tampered engine, a missing file and a version mismatch are told apart by scripts as well as by people.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import pathlib
+import shutil
+import tarfile
+import tempfile
+import weakref
+import zipfile
+from typing import Any, Callable, Optional
+
+FORMAT = "hybrid_trt.package"
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+AOTI_PACKAGE = "model.pt2"
+ENGINES = "engines"
+REFERENCE = "reference"
+ARCHIVE_SUFFIXES = (".zip", ".tar")
+# Written by the engine store on use (its mtime is the last use); not content.
+_UNTRACKED = frozenset({"last_used"})
+
+# Exit codes of ``hybrid-trt verify`` (and of the checks below); 0 = every check passed.
+EXIT_CODES = {
+    "manifest": 3,  # not a package, unreadable manifest, unknown format version
+    "files": 4,  # a file the manifest lists is missing
+    "checksums": 5,  # a file's content differs from the manifest (tampered or damaged)
+    "environment": 6,  # versions or GPU architecture of this machine differ from the package's
+    "reference": 7,  # the reference inputs do not run, or their outputs differ from the stored ones
+}
+
+
+class PackageError(RuntimeError):
+    """A package that cannot be used as it is; ``check`` names the failing check (a key of EXIT_CODES)."""
+
+    def __init__(self, message: str, check: str = "manifest"):
+        super().__init__(message)
+        self.check = check
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES[self.check]
+
+
+# ---------------------------------------------------------------------------------------------- writing
+
+
+def sha256_file(path: pathlib.Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def file_table(root: pathlib.Path) -> dict[str, dict]:
+    """Every file under ``root`` but the manifest (and the store's last-use stamps) -> sha256 and size."""
+    out = {}
+    for path in sorted(root.rglob("*")):
+        if path.is_file() and path.name not in _UNTRACKED and path.relative_to(root).as_posix() != MANIFEST \
+                and "locks" not in path.relative_to(root).parts:
+            out[path.relative_to(root).as_posix()] = {"sha256": sha256_file(path), "size": path.stat().st_size}
+    return out
+
+
+def write_manifest(root: pathlib.Path, manifest: dict) -> None:
+    data = json.dumps({"format": FORMAT, "format_version": FORMAT_VERSION, **manifest}, indent=1, sort_keys=False,
+                      default=str)
+    tmp = root / (MANIFEST + ".tmp")
+    tmp.write_text(data, encoding="utf-8")
+    os.replace(tmp, root / MANIFEST)
+
+
+def finish(staging: pathlib.Path, path: pathlib.Path) -> pathlib.Path:
+    """Publish the staged package directory at ``path``: renamed into place, or archived for .zip/.tar."""
+    path = pathlib.Path(path)
+    if path.exists():
+        _remove(path)
+    if path.suffix == ".zip":
+        tmp = path.with_name(path.name + ".tmp")
+        with zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED) as z:  # engines hardly compress; load stays fast
+            for f in sorted(staging.rglob("*")):
+                if f.is_file():
+                    z.write(f, f.relative_to(staging).as_posix())
+        os.replace(tmp, path)
+        shutil.rmtree(staging, ignore_errors=True)
+    elif path.suffix == ".tar":
+        tmp = path.with_name(path.name + ".tmp")
+        with tarfile.open(tmp, "w") as t:
+            for f in sorted(staging.rglob("*")):
+                if f.is_file():
+                    t.add(f, f.relative_to(staging).as_posix())
+        os.replace(tmp, path)
+        shutil.rmtree(staging, ignore_errors=True)
+    else:
+        os.replace(staging, path)
+    return path
+
+
+def staging_dir(path: pathlib.Path) -> pathlib.Path:
+    """A fresh directory next to ``path`` (same file system, so publishing it is one rename)."""
+    path = pathlib.Path(path).absolute()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return pathlib.Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+
+
+def _remove(path: pathlib.Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        if not (path / MANIFEST).is_file() and any(path.iterdir()):
+            raise PackageError(f"{path} exists and is not a hybrid_trt package; refusing to replace it. "
+                               "Choose another --out path or remove it.")
+        shutil.rmtree(path)
+    else:
+        path.unlink()
+
+
+# ---------------------------------------------------------------------------------------------- reading
+
+
+@dataclasses.dataclass
+class Package:
+    root: pathlib.Path  # the package directory (a temporary extraction for archives)
+    manifest: dict
+    source: pathlib.Path  # what the user named
+
+    @property
+    def aoti_path(self) -> pathlib.Path:
+        return self.root / AOTI_PACKAGE
+
+    @property
+    def engine_root(self) -> pathlib.Path:
+        return self.root / ENGINES
+
+
+def open_package(path: os.PathLike) -> Package:
+    """Read a package directory or archive; archives are extracted to a temporary directory that is removed
+    when the returned Package is garbage collected (or at exit)."""
+    source = pathlib.Path(path)
+    if not source.exists():
+        raise PackageError(f"{source}: no such package (expected a directory or a .zip/.tar file written by "
+                           "hybrid_trt.export / hybrid-trt export)")
+    root = source
+    if source.is_file():
+        root = _extract(source)
+    manifest = read_manifest(root)
+    package = Package(root, manifest, source)
+    if root is not source:
+        weakref.finalize(package, shutil.rmtree, str(root), True)
+    return package
+
+
+def read_manifest(root: pathlib.Path) -> dict:
+    path = root / MANIFEST
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise PackageError(f"{root} has no {MANIFEST}: not a hybrid_trt package (or an incomplete copy)") from None
+    except (OSError, ValueError) as e:
+        raise PackageError(f"{path} is unreadable ({e}); the package is damaged: export it again") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise PackageError(f"{path} is not a hybrid_trt package manifest (format {manifest.get('format')!r})")
+    version = manifest.get("format_version")
+    if version != FORMAT_VERSION:
+        raise PackageError(f"{path}: package format version {version!r}, this hybrid_trt reads version "
+                           f"{FORMAT_VERSION}; export the model again with this hybrid_trt")
+    for field in ("files", "partitions", "environment", "inputs", "reference"):
+        if field not in manifest:
+            raise PackageError(f"{path}: manifest has no {field!r}; the package is damaged: export it again")
+    return manifest
+
+
+def _extract(archive: pathlib.Path) -> pathlib.Path:
+    root = pathlib.Path(tempfile.mkdtemp(prefix="hybrid_trt_package_"))
+    try:
+        if zipfile.is_zipfile(archive):
+            with zipfile.ZipFile(archive) as z:
+                for name in z.namelist():
+                    _check_member(name, archive)
+                z.extractall(root)
+        elif tarfile.is_tarfile(archive):
+            with tarfile.open(archive) as t:
+                members = t.getmembers()
+                for m in members:
+                    _check_member(m.name, archive)
+                    if not (m.isfile() or m.isdir()):
+                        raise PackageError(f"{archive}: member {m.name!r} is not a plain file")
+                t.extractall(root, members=members)
+        else:
+            raise PackageError(f"{archive} is neither a package directory nor a .zip/.tar package")
+    except (OSError, zipfile.BadZipFile, tarfile.TarError) as e:
+        shutil.rmtree(root, ignore_errors=True)
+        raise PackageError(f"{archive}: cannot extract the package ({e}); it is damaged: export it again") from None
+    except PackageError:
+        shutil.rmtree(root, ignore_errors=True)
+        raise
+    return root
+
+
+def _check_member(name: str, archive: pathlib.Path) -> None:
+    p = pathlib.PurePosixPath(name)
+    if p.is_absolute() or ".." in p.parts:
+        raise PackageError(f"{archive}: member {name!r} points outside the package; refusing to extract it")
+
+
+# ---------------------------------------------------------------------------------------------- checks
+
+
+@dataclasses.dataclass
+class Check:
+    name: str  # a key of EXIT_CODES
+    passed: Optional[bool]  # None: skipped (an earlier check failed)
+    detail: str
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.passed is not False else EXIT_CODES[self.name]
+
+    @property
+    def verdict(self) -> str:
+        return {True: "PASS", False: "FAIL", None: "SKIP"}[self.passed]
+
+
+def check_files(package: Package) -> list[Check]:
+    """Every listed file present (``files``) and matching its checksum (``checksums``)."""
+    missing, tampered, ok = [], [], 0
+    for name, info in package.manifest["files"].items():
+        path = package.root / name
+        if not path.is_file():
+            missing.append(name)
+            continue
+        size = path.stat().st_size
+        if size != info["size"] or sha256_file(path) != info["sha256"]:
+            tampered.append(f"{name} ({size} bytes, manifest says {info['size']}; sha256 differs)"
+                            if size != info["size"] else f"{name} (sha256 differs)")
+        else:
+            ok += 1
+    files = Check("files", not missing,
+                  f"{len(package.manifest['files']) - len(missing)}/{len(package.manifest['files'])} files present"
+                  if not missing else
+                  f"missing file(s): {', '.join(missing)}; the package is incomplete: copy it again from its "
+                  "source or export it again")
+    checksums = Check("checksums", not tampered,
+                      f"{ok} file(s) match their sha256" if not tampered else
+                      f"file(s) differ from the manifest (tampered or damaged): {'; '.join(tampered)}; "
+                      "do not deploy this package: copy it again from its source or export it again")
+    return [files, checksums]
+
+
+def environment_differences(manifest: dict, current: Callable[[str, str], dict]) -> list[str]:
+    """``field: package value -> this machine's value`` for every field that differs (per delegate)."""
+    diffs = []
+    for delegate, env in manifest["environment"].items():
+        here = current(delegate, manifest.get("device", "cpu"))
+        for field in sorted(set(env) | set(here)):
+            if env.get(field) != here.get(field):
+                diffs.append(f"{field}: package {env.get(field)!r}, this machine {here.get(field)!r}")
+    return list(dict.fromkeys(diffs))
+
+
+def check_environment(package: Package) -> Check:
+    from ..engines.key import environment
+    try:
+        diffs = environment_differences(package.manifest, environment)
+    except Exception as e:  # noqa: BLE001 - e.g. a CUDA package on a machine without a GPU
+        return Check("environment", False, f"cannot determine this machine's environment for "
+                     f"{package.manifest.get('device')}: {type(e).__name__}: {e}")
+    if diffs:
+        return Check("environment", False, "version or architecture mismatch: " + "; ".join(diffs) +
+                     ". Engines are specific to these; export the package again on a machine like this one "
+                     "(or install the versions it was built with)")
+    return Check("environment", True, "versions and architecture match: " + _env_summary(package.manifest))
+
+
+def _env_summary(manifest: dict) -> str:
+    parts = []
+    for delegate, env in manifest["environment"].items():
+        parts.append(f"{delegate}: torch {env.get('torch')}, {env.get('library')}, cuda {env.get('cuda')}, "
+                     f"arch {env.get('gpu_arch')}")
+    return "; ".join(parts) or "no delegated partitions"
+
+
+def jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, (set, frozenset)):
+        return sorted(jsonable(v) for v in value)
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return str(value)
