@@ -33,3 +33,10 @@ def dims(dim, rank: int) -> list[int]:
     if isinstance(dim, int):
         dim = [dim]
     return [d % rank if rank else 0 for d in dim]
+
+
+def reshape(ctx, name: str, shape) -> str:
+    """Reshape to a concrete shape. A 0 in ONNX's shape input means "copy that input dimension" unless
+    ``allowzero`` is set; here every entry is an exact size, zero-size dimensions included."""
+    shape = [int(s) for s in shape]
+    return ctx.op("Reshape", name, ctx.ints(shape), allowzero=1 if 0 in shape else None)

@@ -17,6 +17,15 @@ def _check_conv(node):
     padding = node.args[4]
     if isinstance(padding, str):
         return f"padding={padding!r}"
+    stride, transposed, output_padding = node.args[3], node.args[6], node.args[7]
+    if transposed:
+        spatial = x.dim() - 2
+        stride, output_padding = _expand(stride, spatial), _expand(output_padding, spatial)
+        # ATen allows output_padding < max(stride, dilation); ONNX Runtime's ConvTranspose recomputes the input
+        # size from the output size and rejects the node at run time unless output_padding < stride.
+        if any(op >= s for op, s in zip(output_padding, stride)):
+            return (f"transposed convolution with output_padding {output_padding} not below stride {stride} "
+                    "(ONNX Runtime rejects it)")
     return None
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from ..registry import ANY, lowering
-from ._util import dims
+from ._util import dims, reshape
 
 aten = torch.ops.aten
 
@@ -17,18 +17,22 @@ INT64_MAX = 2**63 - 1
           dtypes=ANY)
 def lower_reshape(ctx, node):
     # Shapes are concrete per engine, so every member of the view family is one Reshape to the output shape.
-    return ctx.op("Reshape", ctx.input(node.args[0]), ctx.ints(ctx.shape(node)))
+    return reshape(ctx, ctx.input(node.args[0]), ctx.shape(node))
 
 
 @lowering(aten.permute.default, dtypes=ANY)
 def lower_permute(ctx, node):
     rank = len(ctx.shape(node.args[0]))
+    if rank == 0:  # a 0-d permute is the identity; ONNX cannot type an empty ``perm``
+        return ctx.op("Identity", ctx.input(node.args[0]))
     return ctx.op("Transpose", ctx.input(node.args[0]), perm=dims(ctx.arg(node.args[1]), rank))
 
 
 @lowering(aten.t.default, aten.transpose.int, dtypes=ANY)
 def lower_transpose(ctx, node):
     rank = len(ctx.shape(node.args[0]))
+    if rank == 0:
+        return ctx.op("Identity", ctx.input(node.args[0]))
     perm = list(range(rank))
     if rank >= 2:
         a, b = (dims(ctx.arg(d), rank)[0] for d in node.args[1:3]) if node.target is aten.transpose.int else (0, 1)
@@ -48,7 +52,7 @@ def lower_repeat(ctx, node):
     shape = ctx.shape(x)
     name = ctx.input(x)
     if len(repeats) > len(shape):  # repeat() prepends dims of size 1
-        name = ctx.op("Reshape", name, ctx.ints([1] * (len(repeats) - len(shape)) + shape))
+        name = reshape(ctx, name, [1] * (len(repeats) - len(shape)) + shape)
     return ctx.op("Tile", name, ctx.ints(repeats))
 
 
