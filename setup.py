@@ -22,5 +22,6 @@ setup(
         # the benchmark exports whole models with torch.onnx (dynamo exporter) for the ONNX Runtime baseline
         "bench": ["onnxruntime>=1.20", "onnxscript"],
     },
-    entry_points={"torch_dynamo_backends": ["hybrid_trt = hybrid_trt.backend:hybrid_trt_backend"]},
+    entry_points={"torch_dynamo_backends": ["hybrid_trt = hybrid_trt.backend:hybrid_trt_backend"],
+                  "console_scripts": ["hybrid-trt = hybrid_trt.export.cli:main"]},
 )
