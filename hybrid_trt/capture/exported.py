@@ -55,6 +55,7 @@ def capture_export(model: torch.nn.Module, args: tuple, kwargs: Optional[dict] =
             "hybrid_trt.export: the model writes to its own state in forward "
             f"({', '.join(sorted(str(s.target) for s in mutated))}); an exported package runs a pure function of "
             "its inputs. Move the state update out of forward (or keep it in eager PyTorch).")
+    _drop_metadata_asserts(program.graph_module)
     placeholders = [n for n in program.graph_module.graph.nodes if n.op == "placeholder"]
     tensors = {**program.state_dict, **program.constants}
     weights, user_inputs, names = {}, [], []
@@ -70,3 +71,13 @@ def capture_export(model: torch.nn.Module, args: tuple, kwargs: Optional[dict] =
             raise ValueError(f"hybrid_trt.export: unsupported graph input {node.name!r} of kind {spec.kind.name}")
     return ExportCapture(program.graph_module, [n.meta.get("val") for n in placeholders], weights, user_inputs,
                          names, program)
+
+
+def _drop_metadata_asserts(gm: fx.GraphModule) -> None:
+    """torch.export records each ``.to()``'s trace-time dtype/device as ``aten._assert_tensor_metadata``; the
+    Dynamo graph has no such nodes, and they would count as ops no delegate takes."""
+    asserts = [n for n in gm.graph.nodes if n.target is torch.ops.aten._assert_tensor_metadata.default]
+    for node in asserts:
+        gm.graph.erase_node(node)
+    if asserts:
+        gm.recompile()

@@ -192,12 +192,14 @@ def read_manifest(root: pathlib.Path) -> dict:
 def _extract(archive: pathlib.Path) -> pathlib.Path:
     root = pathlib.Path(tempfile.mkdtemp(prefix="hybrid_trt_package_"))
     try:
-        if zipfile.is_zipfile(archive):
+        # By name first: a tar holding zip files (torch.save, .pt2) can look like a zip to is_zipfile.
+        as_tar = archive.suffix == ".tar" or (archive.suffix != ".zip" and tarfile.is_tarfile(archive))
+        if not as_tar and zipfile.is_zipfile(archive):
             with zipfile.ZipFile(archive) as z:
                 for name in z.namelist():
                     _check_member(name, archive)
                 z.extractall(root)
-        elif tarfile.is_tarfile(archive):
+        elif as_tar:
             with tarfile.open(archive) as t:
                 members = t.getmembers()
                 for m in members:

@@ -1,0 +1,92 @@
+"""Models of the export tests, as ``MODULE:FACTORY`` functions (``hybrid-trt export export_models:resnet18``).
+
+Each factory returns ``(model, example_inputs)``. Importing this module also registers ``export_test::shuffle``,
+a user ``torch.library`` custom op no delegate takes: a process that loads a package using it imports this
+module first, as a deployment imports the library that defines its custom ops.
+"""
+from __future__ import annotations
+
+import pathlib
+import sys
+
+import torch
+import torch.nn as nn
+
+_ROOT = pathlib.Path(__file__).resolve().parents[1]
+if str(_ROOT) not in sys.path:
+    sys.path.insert(0, str(_ROOT))
+
+from examples import models  # noqa: E402
+
+
+@torch.library.custom_op("export_test::shuffle", mutates_args=())
+def shuffle(x: torch.Tensor, groups: int) -> torch.Tensor:
+    """Channel shuffle (ShuffleNet), as a user's opaque op: its kernel is plain PyTorch."""
+    b, c, h, w = x.shape
+    return x.reshape(b, groups, c // groups, h, w).transpose(1, 2).reshape(b, c, h, w).contiguous()
+
+
+@shuffle.register_fake
+def _(x, groups):
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
+class ShuffledDetector(models.CenterHeadDetector):
+    """The example detector with a user custom op between its backbone stages: delegated partitions on both
+    sides of it, and atan2 (no lowering) in the decode step left to Inductor."""
+
+    def forward(self, x):
+        c1 = torch.ops.export_test.shuffle(self.stage1(self.stem(x)), 4)
+        c2 = self.stage2(c1)
+        p = self.fuse(c1 + nn.functional.interpolate(self.lateral(c2), scale_factor=2, mode="nearest"))
+        return self.decode(p, x.dtype)
+
+    def decode(self, p, dtype):
+        heat = torch.sigmoid(self.heatmap(p))
+        peaks = heat * (nn.functional.max_pool2d(heat, 3, 1, 1) == heat).to(heat.dtype)
+        b, c, h, w = peaks.shape
+        scores, idx = torch.topk(peaks.reshape(b, -1), self.k)
+        pix = idx % (h * w)
+        reg = self.regress(p).reshape(b, 6, h * w)
+        reg = torch.gather(reg, 2, pix.unsqueeze(1).expand(b, 6, self.k))
+        yaw = torch.atan2(reg[:, 4], reg[:, 5])  # no lowering: stays with Inductor
+        boxes = torch.stack([(pix % w).to(dtype) + reg[:, 0], (pix // w).to(dtype) + reg[:, 1], yaw], dim=-1)
+        return boxes, scores
+
+
+def resnet18():
+    torch.manual_seed(0)
+    model = models._randomize_bn(models.resnet18(num_classes=10, width=8)).eval()
+    return model, (torch.randn(1, 3, 32, 32),)
+
+
+def detector():
+    torch.manual_seed(0)
+    model = models._randomize_bn(ShuffledDetector(width=8, k=10)).eval()
+    return model, (torch.randn(1, 3, 64, 64),)
+
+
+class TwoInputs(nn.Module):
+    """Two inputs of which the batch dimension varies: an image branch and a feature vector branch."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+                                  nn.Conv2d(8, 8, 3, stride=2, padding=1), nn.ReLU())
+        self.mlp = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 8))
+
+    def forward(self, image, features):
+        pooled = self.conv(image).mean(dim=(2, 3))
+        return torch.cat([pooled, self.mlp(features)], dim=1).softmax(dim=1)
+
+
+def two_inputs():
+    torch.manual_seed(0)
+    model = models._randomize_bn(TwoInputs()).eval()
+    return model, (torch.randn(2, 3, 16, 16), torch.randn(2, 6))
+
+
+def lidar():
+    from examples import lidar_detector
+    model = lidar_detector.build_model("small")
+    return model, lidar_detector.make_inputs("small")

@@ -1,0 +1,162 @@
+"""The package format and its checks, on packages with stand-in engine files (fast; no model is exported).
+
+The round trips with real engines and AOTInductor are in test_export.py."""
+import json
+import pathlib
+import shutil
+import zipfile
+
+import pytest
+import torch
+
+from hybrid_trt.engines.key import environment
+from hybrid_trt.export import cli
+from hybrid_trt.export import package as pkg
+
+KEY = "ab" + "0" * 62
+
+
+def _write_package(root: pathlib.Path) -> pathlib.Path:
+    entry = root / pkg.ENGINES / "v1" / KEY[:2] / KEY
+    entry.mkdir(parents=True)
+    (entry / "engine.model.onnx").write_bytes(bytes(range(256)) * 40)
+    (entry / "recipe.pt").write_bytes(b"recipe" * 100)
+    (entry / "meta.json").write_text(json.dumps({"key": KEY}))
+    (entry / "last_used").write_bytes(b"")
+    (root / pkg.AOTI_PACKAGE).write_bytes(b"aoti" * 1000)
+    (root / pkg.REFERENCE).mkdir()
+    torch.save({"inputs": [torch.ones(2)], "outputs": [torch.ones(2)]}, root / pkg.REFERENCE / "case_0.pt")
+    manifest = {
+        "device": "cpu",
+        "environment": {"onnxruntime": environment("onnxruntime", "cpu")},
+        "inputs": [{"name": "x", "dtype": "float32", "dynamic_dims": []}],
+        "shapes": [[[2]]],
+        "partitions": [{"index": 0, "name": "partition 0", "delegate": "onnxruntime", "key": KEY,
+                        "symbolic": False, "op_count": 3, "signatures": ["2"],
+                        "engines": [{"kind": "static", "signature": "2", "entry": f"engines/v1/{KEY[:2]}/{KEY}",
+                                     "files": ["engine.model.onnx", "recipe.pt"], "bytes": 10840}]}],
+        "reference": [{"file": "reference/case_0.pt", "input_shapes": [[2]]}],
+    }
+    manifest["files"] = pkg.file_table(root)
+    pkg.write_manifest(root, manifest)
+    return root
+
+
+@pytest.fixture
+def package(tmp_path):
+    return _write_package(tmp_path / "pkg")
+
+
+def _engine(root: pathlib.Path) -> pathlib.Path:
+    return root / pkg.ENGINES / "v1" / KEY[:2] / KEY / "engine.model.onnx"
+
+
+def test_intact_package_passes_file_and_environment_checks(package):
+    p = pkg.open_package(package)
+    files, checksums = pkg.check_files(p)
+    assert files.passed and checksums.passed, (files.detail, checksums.detail)
+    assert "last_used" not in "".join(p.manifest["files"])  # the store's use stamp is not content
+    assert pkg.check_environment(p).passed
+
+
+def test_flipped_byte_is_a_checksum_failure(package):
+    data = bytearray(_engine(package).read_bytes())
+    data[100] ^= 0x01
+    _engine(package).write_bytes(bytes(data))
+    files, checksums = pkg.check_files(pkg.open_package(package))
+    assert files.passed
+    assert checksums.passed is False and checksums.exit_code == pkg.EXIT_CODES["checksums"]
+    assert "engine.model.onnx" in checksums.detail and "tampered" in checksums.detail
+
+
+def test_missing_engine_is_a_missing_file_failure(package):
+    _engine(package).unlink()
+    files, checksums = pkg.check_files(pkg.open_package(package))
+    assert files.passed is False and files.exit_code == pkg.EXIT_CODES["files"]
+    assert "missing" in files.detail and "engine.model.onnx" in files.detail
+    assert checksums.passed  # the remaining files are intact
+
+
+def test_edited_versions_are_an_environment_failure(package):
+    manifest = json.loads((package / pkg.MANIFEST).read_text())
+    manifest["environment"]["onnxruntime"]["torch"] = "2.0.0"
+    (package / pkg.MANIFEST).write_text(json.dumps(manifest))
+    check = pkg.check_environment(pkg.open_package(package))
+    assert check.passed is False and check.exit_code == pkg.EXIT_CODES["environment"]
+    assert "torch: package '2.0.0', this machine" in check.detail
+
+
+def test_verify_command_exit_codes_differ_per_failure(package, capsys):
+    # The reference run needs a real package (test_export.py); stop before it by breaking the files.
+    _engine(package).unlink()
+    assert cli.main(["verify", str(package)]) == pkg.EXIT_CODES["files"]
+    out = capsys.readouterr().out
+    assert "FAIL  files" in out and "SKIP  reference" in out and "exit code 4" in out
+    assert cli.main(["verify", str(package / "nowhere")]) == pkg.EXIT_CODES["manifest"]
+    assert "no such package" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("suffix", [".zip", ".tar"])
+def test_single_file_packages_open_like_directories(tmp_path, suffix):
+    staging = _write_package(tmp_path / "staging")
+    archive = pkg.finish(staging, tmp_path / f"model{suffix}")
+    assert archive.is_file() and not staging.exists()
+    p = pkg.open_package(archive)
+    assert p.root != archive and all(c.passed for c in pkg.check_files(p))
+    root = p.root
+    del p  # the extraction is temporary
+    import gc
+    gc.collect()
+    assert not root.exists()
+
+
+def test_archive_member_outside_the_package_is_refused(tmp_path):
+    bad = tmp_path / "bad.zip"
+    with zipfile.ZipFile(bad, "w") as z:
+        z.writestr("../escape.txt", "x")
+    with pytest.raises(pkg.PackageError, match="outside the package"):
+        pkg.open_package(bad)
+
+
+def test_manifest_problems_name_what_to_do(tmp_path, package):
+    with pytest.raises(pkg.PackageError, match="no manifest.json: not a hybrid_trt package"):
+        pkg.open_package(tmp_path)
+    manifest = json.loads((package / pkg.MANIFEST).read_text())
+    manifest["format_version"] = 99
+    (package / pkg.MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(pkg.PackageError, match="format version 99.*export the model again"):
+        pkg.open_package(package)
+
+
+def test_publishing_never_replaces_a_directory_that_is_not_a_package(tmp_path):
+    target = tmp_path / "data"
+    target.mkdir()
+    (target / "precious.txt").write_text("keep")
+    staging = _write_package(tmp_path / "staging")
+    with pytest.raises(pkg.PackageError, match="not a hybrid_trt package; refusing"):
+        pkg.finish(staging, target)
+    assert (target / "precious.txt").read_text() == "keep"
+    shutil.rmtree(staging)
+
+
+def test_cli_argument_parsing():
+    assert cli.parse_shape("x=1x3x224x224") == {"x": (1, 3, 224, 224)}
+    assert cli.parse_shape("a=2x3,b=4") == {"a": (2, 3), "b": (4,)}
+    assert cli.parse_dynamic(["x:0=1:8", "y:1"]) == {"x": {0: (1, 8)}, "y": {1: None}}
+    for bad in ("x", "x=1xa", "=1x2"):
+        with pytest.raises(cli.UsageError, match="--shape"):
+            cli.parse_shape(bad)
+    with pytest.raises(cli.UsageError, match="--dynamic"):
+        cli.parse_dynamic(["x:a"])
+    with pytest.raises(cli.UsageError, match="unknown hybrid_trt option"):
+        cli.parse_options(["no_such_option=1"])
+    with pytest.raises(cli.UsageError, match="MODULE:FACTORY"):
+        cli.load_factory("no_colon")
+
+
+def test_every_command_has_help(capsys):
+    for command in ([], ["export"], ["inspect"], ["verify"], ["bench"]):
+        with pytest.raises(SystemExit) as e:
+            cli.main(command + ["--help"])
+        assert e.value.code == 0
+        assert "usage: hybrid-trt" in capsys.readouterr().out
