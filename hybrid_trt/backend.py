@@ -1,4 +1,6 @@
-"""The Dynamo backend: capture -> partition -> lower/build -> stitch -> Inductor, with fallbacks that complete."""
+"""The Dynamo backend: capture -> partition -> lower -> engines (built or loaded by content key) -> stitch ->
+Inductor, with fallbacks that complete. Inductor's own caches stay on, under a cache-key tag that identifies the
+hybrid compile (engines/graph.py)."""
 from __future__ import annotations
 
 import dataclasses
@@ -10,7 +12,9 @@ import torch.fx as fx
 from torch._guards import detect_fake_mode
 from torch._inductor.compile_fx import compile_fx, compile_fx_inner
 
+from . import cudagraphs
 from . import delegates as _delegates
+from .capture.attention import canonicalize_attention
 from .capture.preserve import INDUCTOR_DECOMPOSITIONS, preserve_ops
 from .capture import capture_decompositions, needs_gradients, weight_input_indices
 from .log import logger
@@ -19,7 +23,10 @@ from .partitioner import partition_graph
 from .partitioner.capability import NodeKind, classify, op_name
 from .partitioner.extract import extract
 from .report import CompileReport, InductorOp, PartitionReport, new_report
-from .stitch.runtime import DelegateBuildError, PartitionRuntime
+from .engines.graph import GraphCache, graph_key, open_graph
+from .engines.runtime import DelegateBuildError, PartitionRuntime, Policy, engine_store, prepare_runtime
+from .stitch.fallback import compile_stitched
+from .stitch.layout import keep_traced_strides, views_to_reshapes
 from .stitch.stitcher import stitch
 
 
@@ -27,56 +34,96 @@ from .stitch.stitcher import stitch
 class _Delegated:
     nodes: list
     extracted: object
-    handle: int
+    key: str
     runtime: PartitionRuntime
+    report: PartitionReport
 
 
-def hybrid_trt_backend(gm: fx.GraphModule, example_inputs, options=None, **unexpected):
-    """``torch.compile(model, backend="hybrid_trt", options={...})``."""
+def hybrid_trt_backend(gm: fx.GraphModule, example_inputs, options=None, mode=None, **unexpected):
+    """``torch.compile(model, backend="hybrid_trt", options={...})``, or ``mode="reduce-overhead"`` (CUDA graphs,
+    see cudagraphs.py)."""
     if unexpected:
-        raise ValueError(f"hybrid_trt got unsupported torch.compile argument(s) {sorted(unexpected)} "
-                         "(e.g. mode=); pass hybrid_trt settings through options={...}")
-    opts = make_options(options)
+        raise ValueError(f"hybrid_trt got unsupported torch.compile argument(s) {sorted(unexpected)}; pass "
+                         "hybrid_trt settings through options={...}")
+    opts = make_options(cudagraphs.options_with_mode(options, mode))
     report = new_report()
     if needs_gradients(example_inputs):
         report.whole_graph_reason = "graph needs gradients (inputs require grad and grad mode is on)"
         logger.info("hybrid_trt: graph %d needs gradients; compiled by Inductor alone", report.graph_index)
-        return compile_fx(gm, example_inputs)
+        with cudagraphs.compiling(opts):
+            return compile_fx(gm, example_inputs)
     weights = {i: example_inputs[i] for i in weight_input_indices(example_inputs)}
+    store = engine_store(opts)
+    policy = Policy(opts.strict, opts.max_engines_per_partition)
+    runtimes: list = []  # held by the compiled function: the key registry holds weak references only
+    graph: GraphCache | None = None
+    ran: list = []  # inner_compile ran (else Inductor's AOTAutograd cache served the graph)
 
     def inner_compile(aten_gm: fx.GraphModule, aot_inputs, **kwargs):
         if not kwargs.get("is_inference", True) or kwargs.get("is_backward", False):
             report.whole_graph_reason = "training graph"
             return compile_fx_inner(aten_gm, aot_inputs, **kwargs)
-        stitched, keep_alive = _hybrid_graph(aten_gm, aot_inputs, weights, len(example_inputs), opts, report)
+        ran.append(True)
+        loaded = graph.runtimes if graph is not None else {}
         try:
-            compiled = compile_fx_inner(stitched, aot_inputs, **kwargs)
-        except Exception as e:
+            delegated = _hybrid_graph(aten_gm, weights, len(example_inputs), opts, report, store, policy, loaded)
+        except Exception as e:  # noqa: BLE001 - a bug or failure before any partition is stitched in
             if opts.strict:
                 raise
-            report.inductor_status = f"ran as FX graph (Inductor failed: {type(e).__name__}: {e})"
-            logger.warning("hybrid_trt: Inductor failed on graph %d, running it as an FX graph: %s",
+            logger.warning("hybrid_trt: partitioning graph %d failed; Inductor compiles all of it: %s",
                            report.graph_index, e)
-            compiled = _boxed(stitched)
-        try:
-            compiled._hybrid_trt_runtimes = keep_alive  # the op registry holds weak references only
-        except AttributeError:
-            compiled = _KeepAlive(compiled, keep_alive)
-        if opts.print_report:
-            print(report.table())
+            report.whole_graph_reason = f"partitioning failed: {type(e).__name__}: {e}"
+            for p in report.partitions:
+                p.status = "fell back to Inductor"
+            delegated = []
+        # The stitched graph is already decomposed with Inductor's own table (_decompose_for_inductor), which is
+        # the default; the capture table compile_fx passes down is not picklable and would make Inductor bypass
+        # its FX-graph cache (and with it the AOTAutograd cache).
+        kwargs.pop("get_decomp_fn", None)
+        capture = cudagraphs.plan_capture(delegated, opts)  # which partitions stay outside CUDA graphs
+        compiled, kept = compile_stitched(
+            delegated, stitch=lambda parts: capture.apply(_stitched(aten_gm, parts, aot_inputs, report)),
+            compile=lambda g: cudagraphs.compile_observed(lambda: compile_fx_inner(g, aot_inputs, **kwargs), g,
+                                                          kwargs.get("cudagraphs"), capture, report),
+            as_fx=_boxed,
+            route_back=lambda d, why, warn: _route_back(d, why, warn, report), original=aten_gm,
+            strict=opts.strict, report=report)
+        runtimes.extend(d.runtime for d in kept)
         return compiled
 
     gm = preserve_ops(gm)
-    # Inductor's FX-graph and AOTAutograd caches key on the graph, not on inner_compile: left on, they would hand
-    # back a plain-Inductor result for this graph (or store ours, with its process-local delegate handles).
-    # force_disable_caches is the one switch that TORCHINDUCTOR_FX_GRAPH_CACHE=1 style variables cannot override.
-    with torch.compiler.config.patch(force_disable_caches=True):
-        return compile_fx(gm, example_inputs, inner_compile=inner_compile, decompositions=capture_decompositions())
+    compile_inductor = lambda: compile_fx(  # noqa: E731
+        gm, example_inputs, inner_compile=inner_compile, decompositions=capture_decompositions())
+    if opts.cuda_graphs:  # Inductor's CUDA-graph trees around the stitched graph; its skip messages reported
+        compile_inductor = cudagraphs.with_graphs(compile_inductor, opts, report)
+    if not opts.cache:
+        # Caching off: Inductor's caches too (force_disable_caches is the one switch TORCHINDUCTOR_FX_GRAPH_CACHE=1
+        # style variables cannot override). Its entries would call engines that are in no store.
+        with torch.compiler.config.patch(force_disable_caches=True):
+            compiled = compile_inductor()
+    else:
+        t0 = time.perf_counter()
+        graph = open_graph(store, graph_key(gm, example_inputs, weights, opts), policy)
+        logger.debug("hybrid_trt: graph %d key and stored engines in %.3f s", report.graph_index,
+                     time.perf_counter() - t0)
+        # The AOTAutograd cache keys the graph before partitioning, and the FX-graph cache the stitched graph:
+        # the tag (in both keys) keeps plain-Inductor and hybrid entries apart and ties them to the stored engines.
+        with torch.compiler.config.patch(cache_key_tag=graph.tag):
+            compiled = compile_inductor()
+        if ran:
+            graph.save(report, runtimes)  # inner_compile ran: record what the compiled graph calls
+        elif graph.complete:
+            graph.fill_report(report)  # served by Inductor's cache
+            runtimes.extend(graph.runtimes.values())
+    if opts.print_report:
+        print(report.table())
+    return _hold(compiled, runtimes)
 
 
-def _hybrid_graph(gm: fx.GraphModule, aot_inputs, weights: dict, n_dynamo_inputs: int, opts: Options,
-                  report: CompileReport):
+def _hybrid_graph(gm: fx.GraphModule, weights: dict, n_dynamo_inputs: int, opts: Options,
+                  report: CompileReport, store, policy: Policy, loaded: dict):
     t0 = time.perf_counter()
+    canonicalize_attention(gm)
     constants = _constants(gm, weights, n_dynamo_inputs)
     delegate_objs = [_delegates.get_delegate(n) for n in opts.resolved_delegates()]
     plan = partition_graph(gm.graph, delegate_objs, opts.min_block_size, opts.force_inductor_ops, frozenset(constants))
@@ -84,6 +131,7 @@ def _hybrid_graph(gm: fx.GraphModule, aot_inputs, weights: dict, n_dynamo_inputs
     delegated: list[_Delegated] = []
     for k, part in enumerate(plan.partitions):
         ex = extract(part, constants)
+        views_to_reshapes(ex.module)  # its inputs may arrive with other strides than traced
         in_metas = [n.meta["val"] for n in ex.tensor_inputs]
         out_metas = [n.meta["val"] for n in ex.outputs]
         symbolic = bool(ex.size_inputs) or any(_is_symbolic(m) for m in in_metas + out_metas)
@@ -93,28 +141,49 @@ def _hybrid_graph(gm: fx.GraphModule, aot_inputs, weights: dict, n_dynamo_inputs
             input_shapes=[_shape(m) for m in in_metas], output_shapes=[_shape(m) for m in out_metas])
         report.partitions.append(preport)
         device = _device_of(in_metas, ex, constants)
-        runtime = PartitionRuntime(f"partition {k}", ex.module, part.delegate, device, opts, preport, symbolic)
-        if not symbolic:
-            try:
-                runtime.build_static(in_metas)
-                runtime.first_call_guard()
-            except DelegateBuildError as e:
-                if opts.strict:
-                    raise
-                preport.status = "fell back to Inductor"
-                preport.events.append(f"fell back to Inductor: {e}")
-                logger.warning("hybrid_trt: partition %d (%s, %d ops) falls back to Inductor: %s", k,
-                               part.delegate, part.op_count, e)
-                for n in part.nodes:
-                    if classify(n) is NodeKind.OP:
-                        reasons[n] = f"build failed ({part.delegate})"
-                continue
-        delegated.append(_Delegated(part.nodes, ex, runtime.handle, runtime))
+        delegate = _delegates.get_delegate(part.delegate)
+        try:
+            runtime = prepare_runtime(
+                name=f"partition {k}", module=ex.module, delegate=part.delegate,
+                delegate_options=delegate.options_from(opts), device=device, input_metas=in_metas,
+                n_sizes=len(ex.size_inputs), symbolic=symbolic, policy=policy, store=store, report=preport,
+                loaded=loaded)
+        except Exception as e:  # noqa: BLE001 - DelegateBuildError, or any bug on the way to an engine
+            if opts.strict:
+                raise
+            preport.status = "fell back to Inductor"
+            preport.events.append(f"fell back to Inductor: {e}")
+            logger.warning("hybrid_trt: partition %d (%s, %d ops) falls back to Inductor: %s", k,
+                           part.delegate, part.op_count, e)
+            for n in part.nodes:
+                if classify(n) is NodeKind.OP:
+                    reasons[n] = f"build failed ({part.delegate})"
+            continue
+        delegated.append(_Delegated(part.nodes, ex, runtime.key, runtime, preport))
     report.inductor_ops = [InductorOp(n.name, op_name(n), why) for n, why in reasons.items()]
-    stitched = stitch(gm, delegated)
-    stitched = _decompose_for_inductor(stitched, aot_inputs)
+    for d in delegated:
+        keep_traced_strides(gm, d.nodes, d.extracted.outputs)
     report.partition_seconds = time.perf_counter() - t0
-    return stitched, [d.runtime for d in delegated]
+    return delegated
+
+
+def _stitched(gm: fx.GraphModule, delegated: list, aot_inputs, report: CompileReport) -> fx.GraphModule:
+    """The graph Inductor compiles: ``delegated`` partitions as delegate calls, the rest decomposed."""
+    t0 = time.perf_counter()
+    stitched = _decompose_for_inductor(views_to_reshapes(stitch(gm, delegated)), aot_inputs)
+    report.partition_seconds += time.perf_counter() - t0
+    return stitched
+
+
+def _route_back(d: "_Delegated", why: str, warn: bool, report: CompileReport) -> None:
+    """Partition ``d`` was built but runs through Inductor after all (see stitch/fallback.py)."""
+    d.report.status = "fell back to Inductor"
+    d.report.events.append(f"routed back to Inductor: {why}")
+    report.inductor_ops.extend(InductorOp(n.name, op_name(n), f"routed back to Inductor ({d.report.delegate})")
+                               for n in d.nodes if classify(n) is NodeKind.OP)
+    if warn:
+        logger.warning("hybrid_trt: partition %d (%s, %d ops) routed back to Inductor: %s", d.report.index,
+                       d.report.delegate, d.report.op_count, why)
 
 
 def _constants(gm: fx.GraphModule, weights: dict, n_dynamo_inputs: int) -> dict:
@@ -183,16 +252,27 @@ def _device_of(in_metas, ex, constants) -> torch.device:
     return torch.device("cpu")
 
 
+def _hold(compiled, runtimes: list):
+    """``compiled`` holding the runtimes its delegate calls resolve to (the key registry's references are weak).
+
+    Held by the innermost function: compile_fx returns Dynamo-disabled wrappers, and Dynamo unwraps those to the
+    innermost one (``innermost_fn``) before it wraps the graph again, dropping anything hung on the outer."""
+    from torch._dynamo.eval_frame import innermost_fn
+    try:
+        innermost_fn(compiled)._hybrid_trt_runtimes = runtimes
+    except AttributeError:
+        compiled = _KeepAlive(compiled, runtimes)
+    return compiled
+
+
 def _boxed(gm: fx.GraphModule):
     from torch._functorch.aot_autograd import make_boxed_func
     return make_boxed_func(gm.forward)
 
 
 class _KeepAlive:
-    _boxed_call = True
-
     def __init__(self, fn, keep):
         self._fn, self._keep = fn, keep
 
-    def __call__(self, args):
-        return self._fn(args)
+    def __call__(self, *args):
+        return self._fn(*args)

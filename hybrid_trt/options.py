@@ -29,6 +29,10 @@ class Options:
     num_threads: Optional[int] = None  # delegate threads; None = torch.get_num_threads()
     onnxruntime_provider: str = "auto"
     tensorrt_workspace_bytes: int = 1 << 30
+    cache: bool = True  # engine store on disk, and Inductor's FX-graph and AOTAutograd caches
+    cache_dir: Optional[str] = None  # None = $XDG_CACHE_HOME/hybrid_trt, else ~/.cache/hybrid_trt
+    cache_max_bytes: int = 2 << 30  # least recently used entries are evicted beyond this
+    cuda_graphs: bool = False  # the stitched callable in Inductor's CUDA-graph trees (hybrid_trt/cudagraphs.py)
 
     def __post_init__(self):
         # Constructed directly (hybrid_trt.Options(...)) values are validated and normalised like dict options.
@@ -37,10 +41,17 @@ class Options:
             if value is not f.default and not (type(value) is type(f.default) and value == f.default):
                 object.__setattr__(self, f.name, _convert(f.name, value))
 
+    def compiled_fields(self) -> dict:
+        """The options that change what is compiled (the stitched graph or an engine); caching and printing
+        settings do not."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in _NOT_COMPILED}
+
     def resolved_delegates(self) -> tuple[str, ...]:
         from .delegates import available_delegates
         return self.delegates if self.delegates is not None else available_delegates()
 
+
+_NOT_COMPILED = frozenset({"print_report", "cache", "cache_dir", "cache_max_bytes"})
 
 _DOCS = {
     "delegates": "list of delegate names in priority order",
@@ -53,6 +64,10 @@ _DOCS = {
     "num_threads": "int >= 1 or None",
     "onnxruntime_provider": f"one of {ORT_PROVIDERS}",
     "tensorrt_workspace_bytes": "int >= 1",
+    "cache": "bool",
+    "cache_dir": "a directory path (created when missing)",
+    "cache_max_bytes": "int >= 1",
+    "cuda_graphs": "bool",
 }
 
 
@@ -94,6 +109,14 @@ def _as_names(key, v) -> tuple[str, ...]:
     return tuple(v)
 
 
+def _as_dir(key, v) -> Optional[str]:
+    if v is None or v == "":
+        return None
+    if not isinstance(v, (str, os.PathLike)):
+        raise _bad(key, v)
+    return os.path.abspath(os.path.expanduser(os.fspath(v)))
+
+
 def _as_choice(key, v, choices):
     if v not in choices:
         raise _bad(key, v)
@@ -117,8 +140,10 @@ def _convert(key: str, value: Any) -> Any:
         if len(set(names)) != len(names):
             raise _bad(key, value)
         return names
-    if key == "min_block_size" or key == "max_engines_per_partition" or key == "tensorrt_workspace_bytes":
+    if key in ("min_block_size", "max_engines_per_partition", "tensorrt_workspace_bytes", "cache_max_bytes"):
         return _as_int(key, value)
+    if key == "cache_dir":
+        return _as_dir(key, value)
     if key == "num_threads":
         return _as_int(key, value, allow_none=True)
     if key == "force_inductor_ops":
@@ -127,7 +152,7 @@ def _convert(key: str, value: Any) -> Any:
         return _as_choice(key, value, PRECISIONS)
     if key == "onnxruntime_provider":
         return _as_choice(key, value, ORT_PROVIDERS)
-    if key in ("strict", "print_report"):
+    if key in ("strict", "print_report", "cache", "cuda_graphs"):
         return _as_bool(key, value)
     raise AssertionError(key)
 

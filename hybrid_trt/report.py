@@ -1,5 +1,5 @@
-"""What went where and why: per partition (delegate, ops, shapes, build times, engines, fallbacks) and per op
-left to Inductor (the reason). Available as data and printed as a table."""
+"""What went where and why: per partition (delegate, ops, shapes, engines built or loaded and how long each
+took, fallbacks) and per op left to Inductor (the reason). Available as data and printed as a table."""
 from __future__ import annotations
 
 import dataclasses
@@ -11,8 +11,9 @@ from typing import Optional
 @dataclasses.dataclass
 class EngineRecord:
     signature: str  # input shapes (and size values) this engine is specialised to
-    lower_seconds: float
-    build_seconds: float
+    source: str  # "built" (lowered and built here) | "loaded" (from the engine store)
+    seconds: float  # to get the engine ready: lowering + build, or store read + load
+    lower_seconds: float = 0.0  # part of ``seconds`` spent lowering (a static partition is lowered to get its key)
 
 
 @dataclasses.dataclass
@@ -29,7 +30,14 @@ class PartitionReport:
 
     @property
     def build_seconds(self) -> float:
-        return sum(e.lower_seconds + e.build_seconds for e in self.engines)
+        """Seconds spent getting this partition's engines ready (built or loaded)."""
+        return sum(e.seconds for e in self.engines)
+
+    @property
+    def engine_sources(self) -> str:
+        """e.g. "built 1", "loaded 2", "built 1, loaded 1"."""
+        counts = Counter(e.source for e in self.engines)
+        return ", ".join(f"{src} {n}" for src, n in sorted(counts.items())) or "-"
 
 
 @dataclasses.dataclass
@@ -40,13 +48,25 @@ class InductorOp:
 
 
 @dataclasses.dataclass
+class CudaGraphRecord:
+    """What CUDA-graph capture (``cuda_graphs=True`` / ``mode="reduce-overhead"``) covers in one graph."""
+    status: str  # "captured whole" | "captured in N segments" | "captured in 1 segment" | "not captured"
+    segments: int  # captured segments (Inductor graph partitions), 0 when not captured
+    reasons: list = dataclasses.field(default_factory=list)  # why not whole: ours and Inductor's
+
+
+@dataclasses.dataclass
 class CompileReport:
     graph_index: int
     whole_graph_reason: Optional[str] = None  # set when the graph went to Inductor alone
     partitions: list = dataclasses.field(default_factory=list)
     inductor_ops: list = dataclasses.field(default_factory=list)
     inductor_status: str = "compiled"  # compiled | ran as FX graph (Inductor failed)
+    # True when Inductor's AOTAutograd cache served the compiled graph: nothing was partitioned, lowered or
+    # compiled; partitions and reasons come from the stored graph manifest, engines from the engine store.
+    from_inductor_cache: bool = False
     partition_seconds: float = 0.0
+    cuda_graphs: Optional[CudaGraphRecord] = None  # None when CUDA graphs were not asked for
 
     @property
     def delegated_op_count(self) -> int:
@@ -62,15 +82,23 @@ class CompileReport:
         total = self.delegated_op_count + len(self.inductor_ops)
         lines = [f"hybrid_trt graph {self.graph_index}: {self.delegated_op_count}/{total} ops delegated in "
                  f"{sum(p.status == 'delegated' for p in self.partitions)} partition(s); "
-                 f"Inductor: {self.inductor_status}"]
+                 f"Inductor: {self.inductor_status}"
+                 f"{' (from its cache)' if self.from_inductor_cache else ''}"]
         if self.whole_graph_reason:
             lines.append(f"  whole graph to Inductor: {self.whole_graph_reason}")
+        if self.cuda_graphs is not None:
+            lines.append(f"  CUDA graphs: {self.cuda_graphs.status}")
+            lines.extend(f"      ! {why}" for why in self.cuda_graphs.reasons)
         if self.partitions:
-            lines.append(f"  {'#':>3} {'delegate':<12} {'ops':>4} {'build s':>8}  {'inputs -> outputs':<48} status")
+            lines.append(f"  {'#':>3} {'delegate':<12} {'ops':>4} {'engines':<10} {'s':>7}  "
+                         f"{'inputs -> outputs':<48} status")
             for p in self.partitions:
                 shapes = f"{_shapes(p.input_shapes)} -> {_shapes(p.output_shapes)}"
-                lines.append(f"  {p.index:>3} {p.delegate:<12} {p.op_count:>4} {p.build_seconds:>8.3f}  "
-                             f"{shapes:<48} {p.status}")
+                lines.append(f"  {p.index:>3} {p.delegate:<12} {p.op_count:>4} {p.engine_sources:<10} "
+                             f"{p.build_seconds:>7.3f}  {shapes:<48} {p.status}")
+                for e in p.engines:
+                    lowered = f" (lowering {e.lower_seconds:.3f} s)" if e.lower_seconds else ""
+                    lines.append(f"      engine [{_clip(e.signature)}]: {e.source} in {e.seconds:.3f} s{lowered}")
                 for e in p.events:
                     lines.append(f"      ! {e}")
         if self.inductor_ops:
@@ -85,7 +113,10 @@ class CompileReport:
 
 
 def _shapes(shapes) -> str:
-    text = ", ".join("x".join(str(d) for d in s) if s else "scalar" for s in shapes)
+    return _clip(", ".join("x".join(str(d) for d in s) if s else "scalar" for s in shapes))
+
+
+def _clip(text: str) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 

@@ -19,6 +19,14 @@ torch.set_num_threads(min(2, torch.get_num_threads()))
 
 
 @pytest.fixture(autouse=True)
+def _own_engine_cache(tmp_path, monkeypatch):
+    """Every test gets an empty engine store, so a test's builds, fallbacks and injected failures are its own (and
+    never touch the user's ~/.cache). Inductor's own cache stays shared: hybrid entries there are tied to the
+    store's graph manifests (a new store means new cache-key tags), so they cannot cross tests either."""
+    monkeypatch.setenv("HYBRID_TRT_CACHE_DIR", str(tmp_path / "hybrid_trt_cache"))
+
+
+@pytest.fixture(autouse=True)
 def _fresh_dynamo():
     """Every test starts (and leaves) with an empty Dynamo cache, so compile counts and reports are its own."""
     torch._dynamo.reset()

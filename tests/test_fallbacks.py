@@ -91,7 +91,7 @@ def test_lowering_failure_strict_raises(monkeypatch):
     assert any("injected lowering bug" in str(e) for e in _cause_chain(info.value))
 
 
-def _broken_build(self, model, output_metas, device, options):
+def _broken_build(self, model, output_metas, device, delegate_options, keep_serialized=False):
     raise RuntimeError("injected build failure")
 
 

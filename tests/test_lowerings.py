@@ -211,10 +211,13 @@ SAMPLES: dict[Any, list[Case]] = {
                             C(T(ri(3, 4, lo=-20, hi=20)), T(ri(3, 4, lo=-6, hi=-1, seed=1)), id="int_neg_divisor")],
     # indexing.py
     aten.index_select.default: [C(T(X3()), 1, T(torch.tensor([3, 0, 0, 2]))),
-                                C(T(ri(3, 4)), -1, T(torch.tensor([1, 3])), id="int64")],
+                                C(T(ri(3, 4)), -1, T(torch.tensor([1, 3])), id="int64"),
+                                C(T(rn(1).reshape(())), 0, T(torch.tensor([0])), id="0d")],
     aten.embedding.default: [C(W(rn(10, 4)), T(torch.tensor([[1, 9], [0, 1]])))],
-    aten.gather.default: [C(T(X3()), 2, T(ri(2, 4, 3, lo=0, hi=5)))],
-    aten.topk.default: [C(T(X3()), 3, outputs=(0, 1)), C(T(X3()), 2, 1, False, outputs=(0, 1), id="smallest_dim1")],
+    aten.gather.default: [C(T(X3()), 2, T(ri(2, 4, 3, lo=0, hi=5))),
+                          C(T(rn(1).reshape(())), 0, T(torch.tensor(0)), id="0d")],
+    aten.topk.default: [C(T(X3()), 3, outputs=(0, 1)), C(T(X3()), 2, 1, False, outputs=(0, 1), id="smallest_dim1"),
+                        C(T(rn(1).reshape(())), 1, outputs=(0, 1), id="0d")],
     # linear.py
     aten.addmm.default: [C(W(rn(6, seed=2)), T(rn(3, 5)), W(rn(5, 6, seed=1)), rtol=1e-4, atol=1e-4),
                          C(T(rn(3, 6, seed=2)), T(rn(3, 5)), T(rn(5, 6, seed=1)), beta=0.5, alpha=2.0,
@@ -276,7 +279,8 @@ SAMPLES: dict[Any, list[Case]] = {
     aten.upsample_bilinear2d.default: [C(T(X4()), [12, 12], False, 2.0, 2.0, id="scales"),
                                        C(T(X4()), [8, 10], True, id="align_corners")],
     # shape.py
-    aten.view.default: [C(T(X3()), [8, 5]), C(T(X3()), [S(2), -1], id="size_input")],
+    aten.view.default: [C(T(X3()), [8, 5]), C(T(X3()), [S(2), -1], id="size_input"),
+                        C(T(rn(0, 3)), [3, 0], id="zero_size")],
     aten._unsafe_view.default: [C(T(X3()), [2, 20])],
     aten.reshape.default: [C(T(ri(2, 6)), [3, 4])],
     aten.squeeze.dim: [C(T(rn(2, 1, 3)), 1)],
@@ -284,9 +288,9 @@ SAMPLES: dict[Any, list[Case]] = {
     aten.squeeze.default: [C(T(rn(1, 2, 1, 3)))],
     aten.unsqueeze.default: [C(T(X3()), -1), C(T(rb(3, 4)), 0, id="bool")],
     aten.flatten.using_ints: [C(T(X4()), 1, -1)],
-    aten.permute.default: [C(T(X4()), [0, 2, 3, 1]), C(T(X3()), [-1, 0, 1], id="negative")],
-    aten.t.default: [C(T(rn(3, 4)))],
-    aten.transpose.int: [C(T(X4()), 1, -1)],
+    aten.permute.default: [C(T(X4()), [0, 2, 3, 1]), C(T(X3()), [-1, 0, 1], id="negative"), C(T(rn(1).reshape(())), [], id="0d")],
+    aten.t.default: [C(T(rn(3, 4))), C(T(rn(1).reshape(())), id="0d")],
+    aten.transpose.int: [C(T(X4()), 1, -1), C(T(rn(1).reshape(())), 0, -1, id="0d")],
     aten.expand.default: [C(T(rn(3, 1)), [2, 3, 4]), C(T(rn(3, 1)), [-1, 5], id="minus_one")],
     aten.repeat.default: [C(T(rn(2, 3)), [2, 1]), C(T(ri(3)), [2, 2], id="prepend_dims")],
     aten.slice.Tensor: [C(T(X3()), 2, 1, 4), C(T(X3()), 1, 0, 9223372036854775807, 2, id="step_to_end"),
@@ -567,6 +571,6 @@ def test_float16_lowering_runs_on_cuda_or_is_declined(target, case):
         return
     model, tensor_inputs, expected = lowered
     delegate = get_delegate("onnxruntime")
-    engine = delegate.build(model, expected, torch.device("cuda"), Options())
+    engine = delegate.build(model, expected, torch.device("cuda"), delegate.options_from(Options()))
     actual = engine(tensor_inputs)
     assert_close(actual, expected, rtol=2e-2, atol=2e-2, what=f"{target} (float16, CUDA)")

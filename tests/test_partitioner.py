@@ -82,10 +82,10 @@ def assert_plan_valid(gm, plan, delegates):
             del remaining[u]
 
     class Part:
-        def __init__(self, p, handle):
-            self.nodes, self.extracted, self.handle = p.nodes, extract(p, {}), handle
+        def __init__(self, p, key):
+            self.nodes, self.extracted, self.key = p.nodes, extract(p, {}), key
 
-    stitched = stitch(gm, [Part(p, k) for k, p in enumerate(plan.partitions)])
+    stitched = stitch(gm, [Part(p, f"key{k}") for k, p in enumerate(plan.partitions)])
     stitched.graph.lint()
     calls = [n for n in stitched.graph.nodes if n.target is torch.ops.hybrid_trt.delegate.default]
     assert len(calls) == len(plan.partitions)

@@ -2,7 +2,11 @@
 cross the boundary by pointer, never through numpy copies."""
 from __future__ import annotations
 
-from typing import Optional, Sequence
+import logging
+import os
+import tempfile
+import threading
+from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 import onnx
@@ -11,7 +15,7 @@ import torch
 from ..log import logger
 from ..capture import preserve  # noqa: F401  (defines hybrid_trt::interpolate, named below)
 from ..lowerings.registry import _tensor_dtypes as _dtypes
-from .registry import Delegate, Engine, register_delegate
+from .registry import Delegate, Engine, import_failure, register_delegate
 
 _NUMPY = {
     torch.float32: np.float32, torch.float64: np.float64, torch.float16: np.float16, torch.int64: np.int64,
@@ -26,11 +30,61 @@ def _ort():
     return onnxruntime
 
 
+# ONNX Runtime's thread pools spin between runs by default. In a process that runs several models per frame, or
+# Inductor's OpenMP kernels between two partitions, the spinning workers take the cores the next piece of work
+# needs (issue 7: two models on 2 cores took 125 ms back to back instead of ~62 ms). With spinning off, idle
+# workers block at once. On the 2-core machine this was faster than one thread pool shared by all sessions,
+# which still spins between runs and must be set up before ONNX Runtime's environment exists
+# (benchmarks/results/cpu_2core_multimodel.md).
+_NO_SPINNING = {"session.intra_op.allow_spinning": "0", "session.inter_op.allow_spinning": "0"}
+
+
+def _session_options(threads: int):
+    """Options of every session this delegate builds (also used to rebuild a session from stored ONNX bytes)."""
+    ort = _ort()
+    severity = _configure_ort_logging(ort)
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.log_severity_level = severity
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    for key, value in _NO_SPINNING.items():
+        so.add_session_config_entry(key, value)
+    return so
+
+
+_ORT_FATAL, _ORT_WARNING = 4, 2
+
+
+def _configure_ort_logging(ort) -> int:
+    """Keep ONNX Runtime's own log lines off the user's terminal; returns the severity sessions should use.
+
+    ONNX Runtime writes through its process-wide default logger, not Python's logging: cuDNN frontend messages
+    at ERROR level while it tries plans on CUDA fp16 (results are right), and "No registered plugin EP device
+    found" warnings at session creation. Every failure that matters also comes back as an exception from session
+    creation or run, which the runtime turns into a fallback warning on the ``hybrid_trt`` logger (or raises,
+    with strict=True), so only FATAL lines pass. When the ``hybrid_trt`` logger is at DEBUG, ONNX Runtime's
+    warnings and errors are forwarded to it at DEBUG level instead. Called before each session is created (cheap
+    and idempotent, so it follows the logger's level and needs no process-wide flag of our own)."""
+    debug = logger.isEnabledFor(logging.DEBUG)
+    severity = _ORT_WARNING if debug else _ORT_FATAL
+    if debug and hasattr(ort, "set_default_logger_callback"):  # onnxruntime >= 1.32
+        ort.set_default_logger_callback(_forward_ort_log, severity)
+    else:
+        ort.set_default_logger_severity(severity)
+    return severity
+
+
+def _forward_ort_log(severity: int, category: str, logid: str, code_location: str, message: str) -> None:
+    logger.debug("onnxruntime [%s] %s (%s)", "VIWEF"[min(max(severity, 0), 4)], message, code_location)
+
+
 class OnnxRuntimeEngine(Engine):
     __slots__ = ("_session", "_inputs", "_outputs", "_device", "_dev_type", "_dev_id", "_ort_outputs",
-                 "_run_options")
+                 "_run_options", "_stream", "_local", "serialized")
 
-    def __init__(self, session, output_metas: Sequence[torch.Tensor], device: torch.device):
+    def __init__(self, session, output_metas: Sequence[torch.Tensor], device: torch.device,
+                 stream: Optional["torch.cuda.Stream"] = None):
         self._session = session
         self._device = device
         self._dev_type = "cuda" if device.type == "cuda" else "cpu"
@@ -45,10 +99,13 @@ class OnnxRuntimeEngine(Engine):
         # cheap, so outputs are preallocated there.
         self._ort_outputs = device.type == "cpu" and _dlpack_outputs_supported()
         self._run_options = None
-        if device.type == "cuda":
-            # The session computes on PyTorch's stream (user_compute_stream), so the work on either side of a seam
-            # is already ordered; ONNX Runtime's default end-of-run stream synchronisation would only stall the
-            # host at every seam. Buffers freed after the call are reused in stream order by both allocators.
+        # CUDA: the session computes on its own stream (the CUDA provider's user_compute_stream, set at build);
+        # each call is ordered against the caller's current stream by a pair of events (see _run_cuda).
+        self._stream = stream
+        self._local = threading.local()  # per-thread event pair: a shared pair could be re-recorded by another
+        if stream is not None:           # thread between one thread's record and its wait
+            # The join event orders the caller's stream after the run, so ONNX Runtime's end-of-run host
+            # synchronisation would only stall the host at every seam (and cannot be captured in a CUDA graph).
             self._run_options = _ort().RunOptions()
             self._run_options.add_run_config_entry("disable_synchronize_execution_providers", "1")
 
@@ -69,8 +126,33 @@ class OnnxRuntimeEngine(Engine):
             out = torch.empty(shape, dtype=dtype, device=self._device)
             binding.bind_output(name, dev, dev_id, np_dtype, shape, out.data_ptr())
             outs.append(out)
-        self._session.run_with_iobinding(binding, self._run_options)
+        if self._stream is None:
+            self._session.run_with_iobinding(binding, self._run_options)
+        else:
+            self._run_cuda(binding)
         return outs
+
+    def _run_cuda(self, binding) -> None:
+        """Run on the session's stream, ordered after everything already queued on the caller's current stream
+        (the producers of the inputs, and earlier users of the memory the inputs and outputs now occupy), and
+        with the caller's stream ordered after the run. That holds for any caller stream, default or one set with
+        ``torch.cuda.stream(...)``, whatever stream was current at build time.
+
+        Memory stays safe without ``record_stream``: every tensor the run touches was allocated on the caller's
+        stream before the fork event, and the caller's stream waits for the join event before this returns, so
+        whatever reuses those blocks later (on the caller's stream, the only one the caching allocator hands them
+        to) comes after the run. Event record and stream waits only, no host synchronisation: the pattern
+        ``torch.cuda.graph`` capture accepts (the session stream joins the capture through the fork event)."""
+        events = getattr(self._local, "events", None)
+        if events is None:
+            events = self._local.events = (torch.cuda.Event(), torch.cuda.Event())
+        fork, join = events
+        caller = torch.cuda.current_stream(self._device)
+        fork.record(caller)
+        self._stream.wait_event(fork)
+        self._session.run_with_iobinding(binding, self._run_options)
+        join.record(self._stream)
+        caller.wait_event(join)
 
 
 def _dlpack_outputs_supported() -> bool:
@@ -108,6 +190,12 @@ def _on_cuda(node) -> bool:
     return all(v.device.type == "cuda" for v in vals if isinstance(v, torch.Tensor))
 
 
+def _provider_kind(device: torch.device, options: Mapping[str, Any]) -> str:
+    if options["provider"] == "auto":
+        return "cuda" if device.type == "cuda" else "cpu"
+    return options["provider"]
+
+
 class OnnxRuntimeDelegate(Delegate):
     name = "onnxruntime"
     # float16 only on CUDA (node_unsupported_reason): the CPU provider lacks kernels for most ops in it.
@@ -134,11 +222,8 @@ class OnnxRuntimeDelegate(Delegate):
         return None
 
     def unavailable_reason(self) -> Optional[str]:
-        try:
-            _ort()
-        except ImportError:
-            return "onnxruntime is not installed (pip install 'hybrid_trt[onnx]', or onnxruntime-gpu for CUDA)"
-        return None
+        return import_failure(_ort, "onnxruntime", "pip install 'hybrid_trt[onnx]', or onnxruntime-gpu for CUDA",
+                              needs="InferenceSession")
 
     def validate(self, options) -> None:
         if options.precision != "fp32":
@@ -152,35 +237,100 @@ class OnnxRuntimeDelegate(Delegate):
                     f"option 'onnxruntime_provider'={options.onnxruntime_provider!r}: {wanted} is not available in "
                     f"this onnxruntime build (available: {_ort().get_available_providers()})")
 
-    def providers(self, device: torch.device, options) -> list:
-        if options.onnxruntime_provider == "auto":
-            kind = "cuda" if device.type == "cuda" else "cpu"
-        else:
-            kind = options.onnxruntime_provider
+    def providers(self, device: torch.device, options, stream: Optional["torch.cuda.Stream"] = None) -> list:
+        kind = _provider_kind(device, options)
         if kind == "cpu":
             return ["CPUExecutionProvider"]
         # TF32 follows PyTorch's cuDNN switch (convolutions dominate these models), so precision='fp32' means the
         # same thing on both sides of a seam.
-        cuda_opts = {"device_id": device.index or 0, "use_tf32": int(torch.backends.cudnn.allow_tf32)}
-        if device.type == "cuda":
-            # Run on PyTorch's current stream so no extra synchronisation is needed at the seams.
-            cuda_opts["user_compute_stream"] = str(torch.cuda.current_stream(device).cuda_stream)
+        cuda_opts = {"device_id": device.index or 0, "use_tf32": int(options["use_tf32"])}
+        trt_opts = {"device_id": device.index or 0}
+        if stream is not None:
+            # A non-null user_compute_stream makes the provider run every kernel and copy on that one stream
+            # (has_user_compute_stream follows from it). Never torch's default stream: its handle is 0, which
+            # ONNX Runtime reads as "no stream given" and then computes on a stream of its own.
+            cuda_opts["user_compute_stream"] = trt_opts["user_compute_stream"] = str(stream.cuda_stream)
         chain = [("CUDAExecutionProvider", cuda_opts), "CPUExecutionProvider"]
         if kind == "tensorrt":
-            chain.insert(0, ("TensorrtExecutionProvider", {"device_id": device.index or 0}))
+            chain.insert(0, ("TensorrtExecutionProvider", trt_opts))
         return chain
 
-    def build(self, model: onnx.ModelProto, output_metas, device, options) -> Engine:
-        ort = _ort()
-        so = ort.SessionOptions()
-        threads = options.num_threads or torch.get_num_threads()
-        so.intra_op_num_threads = threads
-        so.inter_op_num_threads = 1
-        so.log_severity_level = 3
-        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        session = ort.InferenceSession(model.SerializeToString(), so, providers=self.providers(device, options))
+    def session(self, model_bytes: bytes, device: torch.device, options: Mapping[str, Any],
+                optimized_path: Optional[str] = None, optimize: bool = True):
+        """A session for serialized ONNX ``model_bytes`` and, on CUDA, the stream it computes on (else None).
+        ``optimized_path``: ONNX Runtime writes the optimized model there; ``optimize=False``: ``model_bytes`` is
+        such an optimized model, loaded without graph optimization."""
+        threads = options["threads"]
+        # A stream of the session's own, not the caller's: the caller's stream may change from call to call
+        # (torch.cuda.stream), while the session's is fixed at creation; OnnxRuntimeEngine orders the two.
+        on_gpu = device.type == "cuda" and _provider_kind(device, options) != "cpu"
+        stream = torch.cuda.Stream(device=device) if on_gpu else None
+        so = _session_options(threads)
+        if optimized_path is not None:
+            so.optimized_model_filepath = optimized_path
+        if not optimize:
+            so.graph_optimization_level = _ort().GraphOptimizationLevel.ORT_DISABLE_ALL
+        session = _ort().InferenceSession(model_bytes, so, providers=self.providers(device, options, stream))
         logger.debug("onnxruntime session built with providers %s, %d thread(s)", session.get_providers(), threads)
-        return OnnxRuntimeEngine(session, output_metas, device)
+        return session, stream
+
+    def options_from(self, options) -> dict[str, Any]:
+        # TF32 follows PyTorch's cuDNN switch at compile time (see providers), so it is an engine setting too.
+        return {"provider": options.onnxruntime_provider, "threads": options.num_threads or torch.get_num_threads(),
+                "use_tf32": bool(torch.backends.cudnn.allow_tf32)}
+
+    def library_version(self) -> str:
+        ort = _ort()
+        return f"{ort.__version__} ({','.join(ort.get_available_providers())})"
+
+    def capture_unsafe_reason(self, device: torch.device, delegate_options: Mapping[str, Any]) -> Optional[str]:
+        # The CUDA provider runs every kernel on the session's own stream (user_compute_stream), joined to the
+        # caller's stream by events, with IO binding on device pointers and the end-of-run sync disabled
+        # (OnnxRuntimeEngine._run_cuda): the pattern torch.cuda.graph capture accepts.
+        kind = _provider_kind(device, delegate_options)
+        if device.type != "cuda" or kind == "cpu":
+            return "onnxruntime runs this partition on the CPU"
+        if kind != "cuda":
+            return f"onnxruntime's {_PROVIDERS[kind]} is not declared capture-safe (builds engines lazily)"
+        return None
+
+    def build(self, model: onnx.ModelProto, output_metas, device, delegate_options: Mapping[str, Any],
+              keep_serialized: bool = False) -> Engine:
+        model_bytes = model.SerializeToString()
+        if not keep_serialized:
+            session, stream = self.session(model_bytes, device, delegate_options)
+            return OnnxRuntimeEngine(session, output_metas, device, stream)
+        # Stored form: the lowered model, and the model as ONNX Runtime optimized it for this provider and
+        # machine (the key covers both), so that a load skips graph optimization. TensorRT's provider compiles
+        # nodes, which cannot be saved as ONNX: only the lowered model is stored for it.
+        files = {"model.onnx": model_bytes}
+        with tempfile.TemporaryDirectory(prefix="hybrid_trt_ort_") as tmp:
+            path = None if _provider_kind(device, delegate_options) == "tensorrt" else os.path.join(tmp, "opt.onnx")
+            session, stream = self.session(model_bytes, device, delegate_options, optimized_path=path)
+            if path is not None and os.path.exists(path):
+                with open(path, "rb") as f:
+                    files["optimized.onnx"] = f.read()
+        engine = OnnxRuntimeEngine(session, output_metas, device, stream)
+        engine.serialized = files
+        return engine
+
+    def serialize(self, engine: Engine) -> dict[str, bytes]:
+        files = getattr(engine, "serialized", None)
+        if files is None:
+            raise RuntimeError("onnxruntime engine was built without keep_serialized=True")
+        engine.serialized = None  # handed to the store once; the session does not need the bytes
+        return files
+
+    def load(self, files: Mapping[str, bytes], output_metas, device, delegate_options: Mapping[str, Any]) -> Engine:
+        optimized = files.get("optimized.onnx")
+        if optimized is not None:
+            try:
+                session, stream = self.session(optimized, device, delegate_options, optimize=False)
+                return OnnxRuntimeEngine(session, output_metas, device, stream)
+            except Exception as e:  # noqa: BLE001 - the lowered model is stored beside it
+                logger.debug("onnxruntime: stored optimized model did not load (%s); optimizing the lowered one", e)
+        session, stream = self.session(files["model.onnx"], device, delegate_options)
+        return OnnxRuntimeEngine(session, output_metas, device, stream)
 
 
 register_delegate(OnnxRuntimeDelegate())

@@ -1,11 +1,20 @@
-"""Registry of delegates (external compilers). Order of registration is the default priority order."""
+"""Registry of delegates (external compilers). Order of registration is the default priority order.
+
+A delegate turns a lowered partition into an engine (``build``) and an engine into bytes and back
+(``serialize``/``load``); it never touches disk itself (the engine store in ``engines/`` does). Each delegate
+owns its settings: ``options_from`` picks the ones it reads out of the options object, and only that dict
+reaches ``build``/``load`` and the engine's content key.
+"""
 from __future__ import annotations
 
 import abc
-from typing import Optional, Sequence
+import functools
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import onnx
 import torch
+
+from ..log import logger
 
 
 class Engine(abc.ABC):
@@ -34,9 +43,36 @@ class Delegate(abc.ABC):
     def validate(self, options) -> None:
         """Raise ValueError for option combinations this delegate cannot honour (checked at compile time)."""
 
+    def options_from(self, options) -> dict[str, Any]:
+        """The settings of ``options`` (a ``hybrid_trt.Options``) this delegate reads, resolved (no "auto" left
+        that depends on the process): exactly what ``build``/``load`` receive and what an engine's key covers."""
+        return {}
+
+    def library_version(self) -> str:
+        """Version of the library that builds and runs the engines (part of every engine's key)."""
+        return "none"
+
+    def capture_unsafe_reason(self, device: torch.device, delegate_options: Mapping[str, Any]) -> Optional[str]:
+        """None when a run of this delegate's engines on ``device`` can be captured in a CUDA graph (kernels on
+        PyTorch's current stream or a stream joined to it by events, no host synchronisation, no allocation
+        outside the caching allocator once warmed up); else why not. hybrid_trt/cudagraphs.py also probes each
+        static engine once. Undeclared delegates run between the captured segments."""
+        return f"delegate {self.name!r} does not declare CUDA-graph capture safety"
+
     @abc.abstractmethod
     def build(self, model: onnx.ModelProto, output_metas: Sequence[torch.Tensor], device: torch.device,
-              options) -> Engine: ...
+              delegate_options: Mapping[str, Any], keep_serialized: bool = False) -> Engine:
+        """An engine for ``model``; ``keep_serialized``: ``serialize`` will be called on it (keep the bytes)."""
+
+    def serialize(self, engine: Engine) -> dict[str, bytes]:
+        """The files ``load`` rebuilds ``engine`` from (file names: letters, digits, ``._-``). Called once, right
+        after a ``build(..., keep_serialized=True)``."""
+        raise NotImplementedError(f"delegate {self.name!r} cannot serialize its engines")
+
+    def load(self, files: Mapping[str, bytes], output_metas: Sequence[torch.Tensor], device: torch.device,
+             delegate_options: Mapping[str, Any]) -> Engine:
+        """The engine ``serialize`` wrote ``files`` for, without building it again."""
+        raise NotImplementedError(f"delegate {self.name!r} cannot load stored engines")
 
 
 _DELEGATES: dict[str, Delegate] = {}
@@ -64,4 +100,35 @@ def delegate_names() -> tuple[str, ...]:
 
 
 def available_delegates() -> tuple[str, ...]:
-    return tuple(n for n, d in _DELEGATES.items() if d.unavailable_reason() is None)
+    reasons = {n: d.unavailable_reason() for n, d in _DELEGATES.items()}
+    usable = tuple(n for n, why in reasons.items() if why is None)
+    if not usable:
+        _warn_once("hybrid_trt: no delegate is usable here, so every graph compiles with Inductor alone: "
+                   + "; ".join(f"{n}: {why}" for n, why in reasons.items()))
+    return usable
+
+
+@functools.cache
+def _warn_once(message: str) -> None:
+    # Options are resolved for every graph; the user needs to hear about a missing library once per process.
+    logger.warning("%s", message)
+
+
+def import_failure(import_library: Callable[[], Any], name: str, install: str, needs: str) -> Optional[str]:
+    """Why a delegate's library is unusable (None when ``import_library()`` returns a module that has ``needs``).
+
+    A broken install fails at import in many ways besides a missing package (a missing shared library, an ABI
+    mismatch, a half-removed package, an exception in its ``__init__``); each one makes the delegate unavailable
+    with its cause, so compilation goes on through Inductor instead of failing."""
+    try:
+        module = import_library()
+    except ModuleNotFoundError as e:
+        if e.name == name:
+            return f"{name} is not installed ({install})"
+        return f"{name} is installed but failed to import ({type(e).__name__}: {e}); reinstall it ({install})"
+    except Exception as e:  # noqa: BLE001 - whatever a broken library raises, it is unavailable, not fatal
+        return f"{name} is installed but failed to import ({type(e).__name__}: {e}); reinstall it ({install})"
+    if not hasattr(module, needs):
+        where = getattr(module, "__file__", None) or list(getattr(module, "__path__", []))
+        return f"{name} at {where} is incomplete (it has no {needs}); reinstall it ({install})"
+    return None

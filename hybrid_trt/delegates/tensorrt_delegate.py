@@ -1,18 +1,19 @@
 """TensorRT: parse the partition's ONNX with TensorRT's OnnxParser, build a serialized engine per input-shape
-signature, and run it with ``execute_async_v3`` on PyTorch's current CUDA stream.
+signature, and run it with ``execute_async_v3`` on PyTorch's current CUDA stream. Stored form: the serialized
+engine (``plan``) and the builder's timing cache (``timing.cache``); loading deserializes the plan, no build.
 
 Written against TensorRT 10's documented Python API. TensorRT cannot be installed on the machines this project
 is developed on, so this module has not been run; it stays thin on purpose.
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Mapping, Optional
 
 import onnx
 import torch
 
 from ..log import logger
-from .registry import Delegate, Engine, register_delegate
+from .registry import Delegate, Engine, import_failure, register_delegate
 
 
 def _trt():
@@ -21,9 +22,10 @@ def _trt():
 
 
 class TensorRTEngine(Engine):
-    def __init__(self, engine, output_metas, device: torch.device):
+    def __init__(self, engine, output_metas, device: torch.device, serialized: Optional[dict] = None):
         trt = _trt()
         self._engine = engine
+        self.serialized = serialized  # {"plan", "timing.cache"} bytes until the store takes them
         self._context = engine.create_execution_context()
         self._device = device
         names = [engine.get_tensor_name(i) for i in range(engine.num_io_tensors)]
@@ -51,15 +53,27 @@ class TensorRTDelegate(Delegate):
     device_types = frozenset({"cuda"})
 
     def unavailable_reason(self) -> Optional[str]:
-        try:
-            _trt()
-        except ImportError:
-            return "tensorrt is not installed (pip install 'hybrid_trt[gpu]' on a machine with NVIDIA's TensorRT)"
+        problem = import_failure(_trt, "tensorrt", "pip install 'hybrid_trt[gpu]' on a machine with NVIDIA's TensorRT",
+                                 needs="Builder")
+        if problem:
+            return problem
         if not torch.cuda.is_available():
             return "no CUDA device"
         return None
 
-    def build(self, model: onnx.ModelProto, output_metas, device, options) -> Engine:
+    def options_from(self, options) -> dict[str, Any]:
+        return {"precision": options.precision, "workspace_bytes": options.tensorrt_workspace_bytes}
+
+    def library_version(self) -> str:
+        return str(_trt().__version__)
+
+    def capture_unsafe_reason(self, device: torch.device, delegate_options: Mapping[str, Any]) -> Optional[str]:
+        # TensorRT documents capturing execute_async_v3 in a CUDA graph once the context has run once (its lazy
+        # allocations done), with static shapes; cudagraphs.py's probe does that warm-up run. Not run here.
+        return None if device.type == "cuda" else "TensorRT runs on CUDA devices only"
+
+    def build(self, model: onnx.ModelProto, output_metas, device, delegate_options: Mapping[str, Any],
+              keep_serialized: bool = False) -> Engine:
         trt = _trt()
         trt_logger = trt.Logger(trt.Logger.WARNING)
         builder = trt.Builder(trt_logger)
@@ -69,16 +83,36 @@ class TensorRTDelegate(Delegate):
             errors = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
             raise RuntimeError(f"TensorRT could not parse the partition: {errors}")
         config = builder.create_builder_config()
-        config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, options.tensorrt_workspace_bytes)
-        if options.precision == "fp16":
+        config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, delegate_options["workspace_bytes"])
+        if delegate_options["precision"] == "fp16":
             config.set_flag(trt.BuilderFlag.FP16)
-        elif options.precision == "bf16":
+        elif delegate_options["precision"] == "bf16":
             config.set_flag(trt.BuilderFlag.BF16)
+        # The timing cache records the tactic timings of this build; stored beside the engine so that a later
+        # rebuild (e.g. after the entry was evicted) can skip the measurements.
+        timing_cache = config.create_timing_cache(b"")
+        config.set_timing_cache(timing_cache, ignore_mismatch=False)
         serialized = builder.build_serialized_network(network, config)
         if serialized is None:
             raise RuntimeError("TensorRT failed to build the engine (see the TensorRT log above)")
         engine = trt.Runtime(trt_logger).deserialize_cuda_engine(serialized)
         logger.debug("TensorRT engine built (%d bytes)", serialized.nbytes)
+        files = None
+        if keep_serialized:
+            files = {"plan": bytes(serialized), "timing.cache": bytes(timing_cache.serialize())}
+        return TensorRTEngine(engine, output_metas, device, files)
+
+    def serialize(self, engine: Engine) -> dict[str, bytes]:
+        files, engine.serialized = engine.serialized, None
+        if files is None:
+            raise RuntimeError("TensorRT engine was built without keep_serialized=True")
+        return files
+
+    def load(self, files: Mapping[str, bytes], output_metas, device, delegate_options) -> Engine:
+        trt = _trt()
+        engine = trt.Runtime(trt.Logger(trt.Logger.WARNING)).deserialize_cuda_engine(files["plan"])
+        if engine is None:
+            raise RuntimeError("TensorRT could not deserialize the stored engine (built by another version?)")
         return TensorRTEngine(engine, output_metas, device)
 
 

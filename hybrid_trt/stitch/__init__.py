@@ -1,1 +1,2 @@
-"""Stitching: delegated partitions become calls of one custom op inside the graph Inductor compiles."""
+"""Stitching: each delegated partition becomes one ``hybrid_trt::delegate`` call carrying its content key; the
+rest of the graph goes to Inductor. Only rewrites graphs: engines and their runtime live in ``engines/``."""

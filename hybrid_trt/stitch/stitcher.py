@@ -11,11 +11,12 @@ from typing import Sequence
 
 import torch.fx as fx
 
-from .delegate_op import delegate
+from ..engines.op import delegate
 
 
 def stitch(gm: fx.GraphModule, parts: Sequence) -> fx.GraphModule:
-    """``parts``: objects with ``nodes``, ``extracted`` (ExtractedPartition) and ``handle``."""
+    """``parts``: objects with ``nodes``, ``extracted`` (ExtractedPartition) and ``key`` (the partition's content
+    key, which the delegate call carries)."""
     nodes = list(gm.graph.nodes)
     index = {n: i for i, n in enumerate(nodes)}
     unit_of: dict[fx.Node, object] = {n: n for n in nodes}
@@ -49,7 +50,7 @@ def stitch(gm: fx.GraphModule, parts: Sequence) -> fx.GraphModule:
             env[u] = graph.node_copy(u, env.__getitem__)
         else:
             ex = u.extracted
-            call = graph.call_function(delegate, (u.handle, [env[i] for i in ex.tensor_inputs],
+            call = graph.call_function(delegate, (u.key, [env[i] for i in ex.tensor_inputs],
                                                   [env[s] for s in ex.size_inputs]))
             for k, out in enumerate(ex.outputs):
                 env[out] = graph.call_function(operator.getitem, (call, k))

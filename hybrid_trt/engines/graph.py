@@ -1,0 +1,152 @@
+"""Whole-graph entries: what lets Inductor's caches serve a hybrid graph safely.
+
+Inductor's AOTAutograd cache keys the graph Dynamo captured, before hybrid_trt partitions it, so on its own it
+cannot tell a hybrid compile from a plain-Inductor one, nor one set of weights from another (plain Inductor does
+not bake weights in; hybrid_trt's engines do). The backend therefore compiles under
+``torch.compiler.config.cache_key_tag`` = the ``tag`` below, which enters both the AOTAutograd and the FX-graph
+cache keys (``FxGraphHashDetails.cache_key_tag``). It names hybrid_trt and holds
+
+- the graph key: a hash of the captured graph's code, its input specs, the weights by content, the options that
+  change what is compiled, the lowerings registered (plugins add some) and each delegate's environment;
+- a salt stored in the graph's manifest. A stored compiled graph calls engines by key; if any of them left the
+  engine store (evicted, deleted, corrupt), the manifest is incomplete, a new salt is drawn, and Inductor's
+  stale entry is never hit again.
+
+The manifest (one store entry under ``graph-<graph key>``) lists the graph's partitions with their keys and
+report rows. On a warm start the backend loads every engine it lists before Inductor's cache is consulted, so
+a cache hit runs with no build and no lowering, and the report is complete.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import time
+import uuid
+from typing import Optional
+
+import torch
+import torch.fx as fx
+
+from ..log import logger
+from ..report import CompileReport, InductorOp, PartitionReport
+from .key import environment
+from .runtime import PartitionRuntime, Policy, load_runtime
+from .store import EngineStore
+
+MANIFEST = "manifest.json"
+_FORMAT = 1
+
+
+def graph_key(gm: fx.GraphModule, example_inputs, weights: dict, options) -> str:
+    """Hash of everything that decides the hybrid compile of ``gm`` (see the module doc)."""
+    from .. import __version__
+    from ..lowerings.registry import registered_targets
+    device = next((x.device for x in example_inputs if isinstance(x, torch.Tensor)), torch.device("cpu"))
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    header = {
+        "format": _FORMAT, "hybrid_trt": __version__, "torch": torch.__version__, "code": gm.code,
+        "inputs": [_spec(n.meta.get("example_value", n.meta.get("val"))) for n in placeholders],
+        "example_inputs": [_spec(x) for x in example_inputs],
+        "options": options.compiled_fields(), "delegates": options.resolved_delegates(),
+        "lowerings": sorted(str(t) for t in registered_targets()),
+        "environments": {name: environment(name, device) for name in options.resolved_delegates()},
+    }
+    h = hashlib.sha256(json.dumps(header, sort_keys=True, default=str).encode())
+    tensors = [(f"input {i}", weights[i]) for i in sorted(weights)]
+    tensors += [(n.target, getattr(gm, n.target)) for n in gm.graph.nodes if n.op == "get_attr"]
+    for name, t in tensors:
+        if isinstance(t, torch.Tensor):
+            h.update(f"{name} {_spec(t)}".encode())
+            h.update(_tensor_bytes(t))
+    return h.hexdigest()
+
+
+def _spec(x) -> str:
+    if isinstance(x, torch.Tensor):
+        return f"{list(map(str, x.shape))} {list(map(str, x.stride()))} {x.dtype} {x.device} {x.requires_grad}"
+    return f"{type(x).__name__} {x}"
+
+
+def _tensor_bytes(t: torch.Tensor):
+    t = t.detach()
+    if t.layout != torch.strided or t.is_quantized:
+        return repr(t).encode()
+    return memoryview(t.cpu().contiguous().reshape(-1).view(torch.uint8).numpy())
+
+
+@dataclasses.dataclass
+class GraphCache:
+    """One compile's view of its graph entry: the tag to compile under and the runtimes already loaded."""
+    store: EngineStore
+    key: str
+    salt: str
+    complete: bool  # the manifest was found and every engine it lists loaded
+    runtimes: dict  # content key -> PartitionRuntime, loaded from the manifest's entries
+    partitions: list  # PartitionReport rows of the stored compile
+    inductor_ops: list  # InductorOp rows of the stored compile
+
+    @property
+    def tag(self) -> str:
+        from .. import __version__
+        user = torch.compiler.config.cache_key_tag
+        return (user + "|" if user else "") + f"hybrid_trt {__version__} graph {self.key} salt {self.salt}"
+
+    def fill_report(self, report: CompileReport) -> None:
+        """The report of a compile Inductor's cache served: the stored rows, engines as loaded now."""
+        report.partitions = self.partitions
+        report.inductor_ops = self.inductor_ops
+        report.from_inductor_cache = True
+
+    def save(self, report: CompileReport, runtimes: list) -> None:
+        keys = {id(rt.report): rt for rt in runtimes}
+        rows = []
+        for p in report.partitions:
+            rt = keys.get(id(p))
+            row = dataclasses.asdict(p)
+            row.pop("engines")
+            row["key"] = None if rt is None or p.status != "delegated" else rt.key
+            row["device"] = None if rt is None else str(rt.device)
+            rows.append(row)
+        manifest = {"format": _FORMAT, "salt": self.salt, "partitions": rows,
+                    "inductor_ops": [dataclasses.astuple(op) for op in report.inductor_ops]}
+        self.store.put(_entry_key(self.key), {MANIFEST: json.dumps(manifest).encode()}, {"kind": "graph"})
+
+
+def open_graph(store: EngineStore, key: str, policy: Policy) -> GraphCache:
+    """The graph entry of ``key``: with the manifest's engines loaded when it is complete, else a new salt."""
+    fresh = GraphCache(store, key, uuid.uuid4().hex, False, {}, [], [])
+    entry = store.get(_entry_key(key))
+    if entry is None:
+        return fresh
+    try:
+        manifest = json.loads(entry.files[MANIFEST])
+        if manifest["format"] != _FORMAT:
+            return fresh
+        rows = manifest["partitions"]
+        inductor_ops = [InductorOp(*op) for op in manifest["inductor_ops"]]
+    except (KeyError, ValueError, TypeError) as e:
+        logger.debug("hybrid_trt: unreadable graph manifest %s (%s); compiling afresh", key, e)
+        return fresh
+    runtimes, partitions = {}, []
+    for row in rows:
+        content_key, device = row.pop("key"), row.pop("device")
+        report = PartitionReport(**row)
+        partitions.append(report)
+        if content_key is None:
+            continue
+        t0 = time.perf_counter()
+        runtime = load_runtime(content_key, store, torch.device(device), policy, name=f"partition {report.index}",
+                               report=report)
+        if runtime is None:  # an engine left the store: Inductor's stored graph must not be used
+            logger.info("hybrid_trt: engine of partition %d no longer stored; compiling the graph afresh",
+                        report.index)
+            return dataclasses.replace(fresh, runtimes=runtimes)
+        runtimes[content_key] = runtime
+        logger.debug("hybrid_trt: partition %d loaded in %.3f s", report.index, time.perf_counter() - t0)
+    return GraphCache(store, key, manifest["salt"], True, runtimes, partitions, inductor_ops)
+
+
+def _entry_key(key: str) -> str:
+    return f"graph-{key}"
+

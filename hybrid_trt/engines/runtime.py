@@ -1,0 +1,504 @@
+"""Partition runtimes addressed by content key: key -> engine(s), per-shape lookup, and Inductor as the fallback
+that always completes.
+
+The stitched graph calls ``hybrid_trt::delegate(key, inputs, sizes)`` (``engines/op.py``), and the key is
+resolved through one in-process registry, the memory layer of the engine store. A registry miss (Inductor's
+AOTAutograd cache handed back compiled code in a fresh process, or the runtime was released) is served from the
+disk entry, which holds everything a fresh process needs: the engine bytes, the output metas and the partition's
+recipe (its extracted FX module with its weights) for the Inductor fallback and for new shapes.
+
+Entries (all in ``EngineStore``, see ``store.py``):
+- a static partition: one entry under its ``engine_key`` holding the engine files (``engine.*``), the recipe
+  (``recipe.pt``) and its output metas;
+- a partition with symbolic sizes: the recipe under a partition key, and one entry per concrete input-shape
+  signature under ``sha256(partition key, signature)``, so a stored shape loads without lowering it first.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import io
+import json
+import time
+import weakref
+from typing import Any, Callable, Optional, Sequence
+
+import onnx
+import torch
+import torch.fx as fx
+from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+from ..delegates import Engine, get_delegate
+from ..log import logger
+from ..lowerings.to_onnx import lower_partition
+from ..report import EngineRecord, PartitionReport
+from .key import engine_key, environment
+from .store import EngineStore, Entry, default_cache_dir
+
+RECIPE = "recipe.pt"
+_ENGINE_PREFIX = "engine."
+
+
+class DelegateBuildError(RuntimeError):
+    pass
+
+
+class BuildInDeployMode(RuntimeError):
+    """Deploy mode (a loaded package, ``Policy.deploy``): something asked to lower, build or compile."""
+
+
+class EngineNotInPackage(LookupError):
+    """Deploy mode: an input shape the package holds no engine for."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Policy:
+    """The options a runtime reads (not the delegate's own: those are in ``delegate_options``)."""
+    strict: bool = False
+    max_engines: int = 8
+    deploy: bool = False  # a loaded package (export/): any lowering, engine build or Inductor fallback raises
+
+
+def engine_store(options) -> EngineStore:
+    """The store ``options`` select: ``cache_dir`` (default ``$XDG_CACHE_HOME/hybrid_trt``), or disabled."""
+    if not options.cache:
+        return EngineStore(None)
+    return EngineStore(options.cache_dir or default_cache_dir(), options.cache_max_bytes)
+
+
+# ---------------------------------------------------------------------------------------------- registry
+
+
+class _Registry:
+    """key -> live runtime. Weak: a runtime lives as long as the compiled code that holds it (the backend hangs
+    them on the compiled function), so compiling many models does not pin their engines. The latest runtime of a
+    key serves it; when that one is released while an older one of the same content lives, the older takes
+    over (``all``). Runtimes loaded on a miss have no other owner and are held here (``loaded``)."""
+
+    def __init__(self):
+        self.live: "weakref.WeakValueDictionary[str, PartitionRuntime]" = weakref.WeakValueDictionary()
+        self.all: "weakref.WeakSet[PartitionRuntime]" = weakref.WeakSet()
+        self.loaded: dict[str, PartitionRuntime] = {}
+
+    def register(self, runtime: "PartitionRuntime") -> None:
+        self.live[runtime.key] = runtime
+        self.all.add(runtime)
+
+    def resolve(self, key: str) -> "PartitionRuntime":
+        runtime = self.live.get(key)
+        if runtime is not None:
+            return runtime
+        for other in list(self.all):
+            if other.key == key:
+                self.live[key] = other
+                return other
+        runtime = _load_on_miss(key)
+        self.loaded[key] = runtime
+        self.register(runtime)
+        return runtime
+
+
+REGISTRY = _Registry()
+
+
+def _load_on_miss(key: str) -> "PartitionRuntime":
+    from ..options import make_options
+    options = make_options()
+    store = engine_store(options)
+    t0 = time.perf_counter()
+    runtime = load_runtime(key, store, None, Policy(options.strict, options.max_engines_per_partition),
+                           name=f"partition {key[:12]}")
+    if runtime is None:
+        raise RuntimeError(
+            f"hybrid_trt: the compiled graph calls delegated partition {key[:16]}..., which is neither in this "
+            f"process nor in the engine cache {store.root}. The cache entry was evicted or deleted after Inductor "
+            "cached the compiled graph: call torch._dynamo.reset() and compile again, or clear Inductor's cache "
+            "(TORCHINDUCTOR_CACHE_DIR) together with hybrid_trt's (cache_dir).")
+    logger.info("hybrid_trt: %s loaded from %s in %.3f s", runtime.name, store.root, time.perf_counter() - t0)
+    return runtime
+
+
+# ---------------------------------------------------------------------------------------------- compile time
+
+
+def prepare_runtime(*, name: str, module: fx.GraphModule, delegate: str, delegate_options: dict,
+                    device: torch.device, input_metas: Sequence[torch.Tensor], n_sizes: int, symbolic: bool,
+                    policy: Policy, store: EngineStore, report: PartitionReport,
+                    loaded: Optional[dict] = None) -> "PartitionRuntime":
+    """The runtime of one delegated partition, its static engine loaded from ``store`` or built (and stored).
+
+    Lowers the partition to compute its key (a symbolic partition at its size hints); ``loaded``: runtimes this
+    compile already loaded by key (from the graph manifest), used instead of loading them again. Raises
+    DelegateBuildError when the partition cannot be lowered or built."""
+    shapes, sizes = _hint_shapes(input_metas, n_sizes, module)
+    dtypes = [m.dtype for m in input_metas]
+    env = environment(delegate, device)
+    t0 = time.perf_counter()
+    with unset_fake_temporarily():  # compile-time builds run under Dynamo's fake mode; lowering needs real weights
+        model, out_metas = _lower(module, shapes, dtypes, sizes)
+    lower_s = time.perf_counter() - t0
+    specs = [_spec(m) for m in input_metas]
+    key = engine_key(model=model, input_specs=specs, delegate=delegate, delegate_options=delegate_options,
+                     environment=env)
+    if symbolic:
+        key = _digest("symbolic", key, n_sizes)
+    if loaded and key in loaded:
+        runtime = loaded[key]
+        report.engines.extend(runtime.report.engines)
+        runtime.report, runtime.policy, runtime.name = report, policy, name
+        runtime.set_module(module)
+        return runtime
+    runtime = PartitionRuntime(key, name, delegate, delegate_options, device, policy, report, symbolic, store,
+                               module=module)
+    if symbolic:
+        with unset_fake_temporarily():
+            runtime.store_recipe(env)
+    else:
+        signature = _signature(shapes, ())
+        meta = {"kind": "static", "device": str(device), "signature": signature, "input_specs": specs,
+                "summary": _summary(report)}
+        with unset_fake_temporarily():
+            runtime.get_or_build_static(model, out_metas, env, meta, signature, lower_s)
+    REGISTRY.register(runtime)
+    return runtime
+
+
+def load_runtime(key: str, store: EngineStore, device: Optional[torch.device], policy: Policy, *, name: str,
+                 report: Optional[PartitionReport] = None) -> Optional["PartitionRuntime"]:
+    """A runtime rebuilt from its store entry (None when absent, or not loadable here). ``device`` None: the
+    device it was compiled for."""
+    t0 = time.perf_counter()
+    entry = store.get(key)
+    if entry is None:
+        return None
+    meta = entry.meta
+    if meta.get("kind") not in ("static", "symbolic") or RECIPE not in entry.files:
+        return None
+    device = torch.device(meta["device"]) if device is None else device
+    env = environment(meta["delegate"], device)
+    if meta.get("environment") != env:
+        logger.info("hybrid_trt: engine cache entry %s was written under another environment; not loaded", key)
+        return None
+    report = report or PartitionReport(index=-1, delegate=meta["delegate"], **meta.get("summary", {}))
+    runtime = PartitionRuntime(key, name, meta["delegate"], meta["delegate_options"], device, policy, report,
+                               meta["kind"] == "symbolic", store, recipe=entry.files[RECIPE])
+    if meta["kind"] == "static":
+        try:
+            with unset_fake_temporarily():
+                runtime.load_static(entry, t0=t0)
+        except Exception as e:  # noqa: BLE001 - a stored engine that does not load is rebuilt, never fatal
+            logger.warning("hybrid_trt: %s: stored %s engine does not load (%s); it is rebuilt",
+                           name, meta["delegate"], e)
+            return None
+    REGISTRY.register(runtime)
+    return runtime
+
+
+# ---------------------------------------------------------------------------------------------- runtime
+
+
+class _FakeInterpreter(fx.Interpreter):
+    """Runs the partition under the active fake mode; constants become fake tensors of the same layout."""
+
+    def get_attr(self, target, args, kwargs):
+        real = super().get_attr(target, args, kwargs)
+        return torch.empty_strided(real.shape, real.stride(), dtype=real.dtype, device=real.device)
+
+
+class PartitionRuntime:
+    deploy_signatures: tuple = ()  # deploy mode: the input-shape signatures the package holds engines for
+    def __init__(self, key: str, name: str, delegate: str, delegate_options: dict, device: torch.device,
+                 policy: Policy, report: PartitionReport, symbolic: bool, store: EngineStore, *,
+                 module: Optional[fx.GraphModule] = None, recipe: Optional[bytes] = None):
+        self.key = key
+        self.name = name
+        self.delegate = get_delegate(delegate)
+        self.delegate_options = dict(delegate_options)
+        self.device = device
+        self.policy = policy
+        self.report = report
+        self.symbolic = symbolic
+        self.store = store
+        self._module = module
+        self._recipe = recipe
+        self._engines: dict = {}  # signature -> callable(inputs, sizes) (engines, or the Inductor fallback)
+        self._built = 0
+        self._fallback: Optional[Callable] = None
+        self._static_outputs: Optional[list] = None
+        self._static_engine: Optional[Callable] = None
+
+    @property
+    def module(self) -> fx.GraphModule:
+        """The partition's FX module (the recipe): given at compile time, else read from the entry on first use
+        (only a fallback or a new shape needs it)."""
+        if self._module is None:
+            self._module = torch.load(io.BytesIO(self._recipe), weights_only=False, map_location=self.device)
+            self._recipe = None
+        return self._module
+
+    def set_module(self, module: fx.GraphModule) -> None:
+        """The recipe, in memory already (saves reading it from the entry)."""
+        self._module, self._recipe = module, None
+
+    def recipe_bytes(self) -> bytes:
+        if self._recipe is not None:
+            return self._recipe
+        buffer = io.BytesIO()
+        torch.save(self.module, buffer)
+        return buffer.getvalue()
+
+    # -- compile time --------------------------------------------------------------------------------------------
+    def _entry_meta(self, env: dict, extra: dict) -> dict:
+        return {"delegate": self.delegate.name, "delegate_options": self.delegate_options, "environment": env,
+                **extra}
+
+    def get_or_build_static(self, model: onnx.ModelProto, out_metas: list, env: dict, meta: dict,
+                            signature: str, lower_s: float) -> None:
+        """The static engine: loaded from the store, else built (and stored). Processes compiling the same
+        partition at once build it once (the store's per-key lock)."""
+        t0 = time.perf_counter()
+        if self.store.root is None:
+            engine = self._build_engine(model, out_metas, signature)
+        else:
+            built: list = []
+
+            def build():
+                built.append(self._build_engine(model, out_metas, signature))
+                files = {RECIPE: self.recipe_bytes(), **self._engine_files(built[0])}
+                return files, self._entry_meta(env, {**meta, "outputs": _metas_json(out_metas)})
+
+            entry, loaded = self.store.get_or_build(self.key, build, expect_environment=env)
+            if loaded:
+                try:
+                    self.load_static(entry, lower_s, t0)
+                    return
+                except Exception as e:  # noqa: BLE001 - a stored engine that does not load is rebuilt
+                    logger.warning("hybrid_trt: %s: stored %s engine does not load (%s); building it again",
+                                   self.name, self.delegate.name, e)
+                    built.append(self._build_engine(model, out_metas, signature))
+            engine = built[-1]
+        self._set_static(engine, out_metas)
+        self._record(signature, "built", time.perf_counter() - t0, lower_s)
+
+    def load_static(self, entry: Entry, lower_s: float = 0.0, t0: Optional[float] = None) -> None:
+        t0 = time.perf_counter() if t0 is None else t0
+        out_metas = _metas_from_json(entry.meta["outputs"])
+        engine = self._load_engine(entry, out_metas)
+        self._set_static(engine, out_metas)
+        self._record(entry.meta["signature"], "loaded", time.perf_counter() - t0, lower_s)
+
+    def store_recipe(self, env: dict) -> None:
+        """A symbolic partition's recipe, so a fresh process can build or load its per-shape engines."""
+        t0 = time.perf_counter()
+        if self.store.root is not None and self.store.get(self.key) is None:
+            meta = self._entry_meta(env, {"kind": "symbolic", "device": str(self.device),
+                                          "summary": _summary(self.report)})
+            self.store.put(self.key, {RECIPE: self.recipe_bytes()}, meta)
+            logger.debug("hybrid_trt: %s recipe stored in %.3f s", self.name, time.perf_counter() - t0)
+
+    def _set_static(self, engine: Engine, out_metas) -> None:
+        self._static_outputs = [(tuple(int(s) for s in o.shape), o.dtype) for o in out_metas]
+        self._static_engine = self._first_call_guard(engine)
+
+    def _record(self, signature: str, source: str, seconds: float, lower_s: float) -> None:
+        self.report.engines.append(EngineRecord(signature, source, seconds, lower_s))
+        logger.info("hybrid_trt: %s %s engine %s for [%s] in %.3f s (lowering %.3f s)", self.name,
+                    self.delegate.name, source, signature, seconds, lower_s)
+
+    def _build_engine(self, model: onnx.ModelProto, out_metas, signature: str) -> Engine:
+        if self.policy.deploy:
+            raise BuildInDeployMode(f"{self.name}: deploy mode: refusing to build a {self.delegate.name} engine "
+                                    f"for [{signature}]")
+        logger.info("hybrid_trt: %s: building %s engine for [%s] ...", self.name, self.delegate.name, signature)
+        try:
+            engine = self.delegate.build(model, out_metas, self.device, self.delegate_options,
+                                         keep_serialized=self.store.root is not None)
+        except Exception as e:
+            raise DelegateBuildError(f"{self.delegate.name} build failed: {e}") from e
+        self._built += 1
+        return engine
+
+    def _engine_files(self, engine: Engine) -> dict:
+        return {_ENGINE_PREFIX + name: data for name, data in self.delegate.serialize(engine).items()}
+
+    def _load_engine(self, entry: Entry, out_metas) -> Engine:
+        files = {name[len(_ENGINE_PREFIX):]: data for name, data in entry.files.items()
+                 if name.startswith(_ENGINE_PREFIX)}
+        return self.delegate.load(files, out_metas, self.device, self.delegate_options)
+
+    # -- fake (shape propagation during tracing and Inductor lowering) ----------------------------------------
+    def fake(self, inputs, sizes):
+        if self._static_outputs is not None:
+            device = inputs[0].device if inputs else self.device
+            return [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in self._static_outputs]
+        outs = _FakeInterpreter(self.module).run(*inputs, *sizes)
+        # Engines return contiguous tensors: say so, whatever strides the ATen ops would have produced.
+        return [o.new_empty(o.shape) for o in outs]
+
+    # -- run time (hot path) -----------------------------------------------------------------------------------
+    def run(self, inputs, sizes):
+        # Static partitions have exactly one signature (Dynamo guards on it): no lookup on the hot path.
+        engine = self._static_engine
+        if engine is not None:
+            return engine(inputs)
+        signature = (tuple(t.shape for t in inputs), tuple(sizes))
+        runner = self._engines.get(signature)
+        if runner is None:
+            return self._first_call(signature, inputs, sizes)
+        return runner(inputs, sizes)
+
+    # -- slow paths ----------------------------------------------------------------------------------------------
+    def _first_call(self, signature, inputs, sizes):
+        """First sight of a shape of a symbolic partition: load its engine from the store, or build it."""
+        shapes = [tuple(t.shape) for t in inputs]
+        dtypes = [t.dtype for t in inputs]
+        text = _signature(shapes, sizes)
+        key = _digest("shape", self.key, text, [str(d) for d in dtypes])
+        t0 = time.perf_counter()
+        try:
+            entry = self.store.get(key)
+            if entry is not None:
+                engine = self._load_engine(entry, _metas_from_json(entry.meta["outputs"]))
+                outs = engine(inputs)
+                self._record(text, "loaded", time.perf_counter() - t0, 0.0)
+                self._engines[signature] = lambda ins, _sizes, engine=engine: engine(ins)
+                return outs
+        except Exception as e:  # noqa: BLE001 - an unusable stored engine is rebuilt
+            logger.warning("hybrid_trt: %s: stored engine for [%s] unusable (%s); building it again",
+                           self.name, text, e)
+        if self.policy.deploy:
+            raise self._not_in_package(text)
+        if self._built >= self.policy.max_engines:
+            self.report.events.append(
+                f"engine bound {self.policy.max_engines} reached: shape {text} runs through Inductor")
+            logger.warning("hybrid_trt: %s reached max_engines_per_partition=%d; shape %s runs through Inductor",
+                           self.name, self.policy.max_engines, text)
+            return self._route_to_inductor(signature, inputs, sizes)
+        try:
+            t1 = time.perf_counter()
+            model, out_metas = _lower(self.module, shapes, dtypes, tuple(sizes))
+            lower_s = time.perf_counter() - t1
+            engine = self._build_engine(model, out_metas, text)
+            outs = engine(inputs)
+        except Exception as e:
+            if self.policy.strict:
+                raise
+            self._fall_back(f"shape {text}: {e}")
+            return self._route_to_inductor(signature, inputs, sizes)
+        self._record(text, "built", time.perf_counter() - t0, lower_s)
+        if self.store.root is not None:
+            env = environment(self.delegate.name, self.device)
+            meta = self._entry_meta(env, {"kind": "shape", "partition": self.key, "signature": text,
+                                          "device": str(self.device), "outputs": _metas_json(out_metas)})
+            try:
+                self.store.put(key, self._engine_files(engine), meta)
+            except Exception as e:  # noqa: BLE001 - storing is best effort; the engine runs either way
+                logger.warning("hybrid_trt: %s: engine for [%s] not stored: %s", self.name, text, e)
+        self._engines[signature] = lambda ins, _sizes, engine=engine: engine(ins)
+        return outs
+
+    def _route_to_inductor(self, signature, inputs, sizes):
+        """This shape signature runs through the partition's Inductor fallback from now on."""
+        self._engines[signature] = self._inductor_runner()
+        return self._engines[signature](inputs, sizes)
+
+    def _fall_back(self, why: str) -> None:
+        self.report.events.append(f"fell back to Inductor: {why}")
+        logger.warning("hybrid_trt: %s (%s) falls back to Inductor: %s", self.name, self.delegate.name, why)
+
+    def _not_in_package(self, signature: str) -> EngineNotInPackage:
+        return EngineNotInPackage(
+            f"{self.name} ({self.delegate.name}) has no engine for input shapes [{signature}]; the package has "
+            f"engines for {list(self.deploy_signatures)}. Export the model again listing this shape "
+            "(hybrid_trt.export(..., shapes=[...]) or hybrid-trt export --shape ...)")
+
+    def _inductor_runner(self):
+        if self.policy.deploy:
+            raise BuildInDeployMode(f"{self.name}: deploy mode: refusing to compile the Inductor fallback")
+        if self._fallback is None:
+            compiled = torch.compile(self.module, backend="inductor", dynamic=self.symbolic)
+
+            def run(inputs, sizes):
+                out = compiled(*inputs, *sizes)
+                return [o.contiguous() for o in out]
+            self._fallback = run
+        return self._fallback
+
+    def _first_call_guard(self, engine: Engine) -> Callable:
+        """The static engine wrapped so that a failing first call falls back to Inductor (strict: raises)."""
+        ref = weakref.ref(self)  # no cycle: the runtime is released with the compiled graph that holds it
+
+        def first(inputs):
+            me = ref()
+            try:
+                outs = engine(inputs)
+            except Exception as e:
+                if me.policy.strict:
+                    raise
+                me.report.status = "fell back to Inductor"  # the partition's only engine is gone
+                me._fall_back(f"first call failed: {e}")
+                runner = me._inductor_runner()
+                me._static_engine = lambda ins: runner(ins, ())
+                return me._static_engine(inputs)
+            me._static_engine = engine
+            return outs
+        return first
+
+
+# ---------------------------------------------------------------------------------------------- helpers
+
+
+def _lower(module, shapes, dtypes, sizes):
+    try:
+        return lower_partition(module, shapes, dtypes, sizes)
+    except Exception as e:
+        raise DelegateBuildError(f"lowering failed: {e}") from e
+
+
+def _hint(size) -> int:
+    if isinstance(size, int):
+        return size
+    try:
+        from torch.fx.experimental.symbolic_shapes import has_hint, hint_int
+    except ImportError:  # torch 2.14 renamed them
+        from torch.fx.experimental.symbolic_shapes import guarding_hint_or_throw as hint_int
+        from torch.fx.experimental.symbolic_shapes import has_guarding_hint as has_hint
+    if not has_hint(size):
+        raise DelegateBuildError(f"size {size} has no example value (data-dependent): cannot lower")
+    return hint_int(size)
+
+
+def _hint_shapes(input_metas, n_sizes: int, module: fx.GraphModule):
+    shapes = [tuple(_hint(s) for s in m.shape) for m in input_metas]
+    placeholders = [n for n in module.graph.nodes if n.op == "placeholder"]
+    sizes = tuple(_hint(n.meta["val"]) for n in placeholders[len(input_metas):len(input_metas) + n_sizes])
+    return shapes, sizes
+
+
+def _spec(meta: torch.Tensor) -> tuple:
+    """An input spec without forcing symbolic sizes to ints (``int(SymInt)`` would add a guard)."""
+    def text(s):
+        return s if isinstance(s, int) else str(s)
+    return ([text(s) for s in meta.shape], meta.dtype, [text(s) for s in meta.stride()], meta.device)
+
+
+def _signature(shapes, sizes) -> str:
+    text = ", ".join("x".join(map(str, s)) for s in shapes)
+    return text + (f" sizes={list(sizes)}" if sizes else "")
+
+
+def _digest(*parts: Any) -> str:
+    return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()
+
+
+def _metas_json(metas) -> list:
+    return [[[int(s) for s in m.shape], str(m.dtype).replace("torch.", "")] for m in metas]
+
+
+def _metas_from_json(data) -> list:
+    return [torch.empty(shape, dtype=getattr(torch, dtype), device="meta") for shape, dtype in data]
+
+
+def _summary(report: PartitionReport) -> dict:
+    return {"op_count": report.op_count, "ops": report.ops, "input_shapes": report.input_shapes,
+            "output_shapes": report.output_shapes}
