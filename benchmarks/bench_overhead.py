@@ -28,7 +28,7 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
-def _op_only_backend(handle: int):
+def _op_only_backend(key: str):
     """A Dynamo backend whose compiled graph only calls the delegate op on the model input."""
     import torch
 
@@ -37,7 +37,7 @@ def _op_only_backend(handle: int):
                 and not isinstance(t, torch.nn.Parameter) and getattr(t, "_dynamo_static_input_type", None) is None]
 
         def run(*args):
-            return torch.ops.hybrid_trt.delegate(handle, [args[i] for i in user], [])
+            return torch.ops.hybrid_trt.delegate(key, [args[i] for i in user], [])
         return run
     return backend
 
@@ -85,7 +85,8 @@ def main():
     import bench_models
     import hybrid_trt  # noqa: F401
     from examples.models import build
-    from hybrid_trt.stitch.delegate_op import _RUNTIMES
+    from hybrid_trt.engines.runtime import REGISTRY
+    _RUNTIMES = REGISTRY.live  # content key -> live partition runtime
     bench_models.THREADS = args.threads
     torch.set_num_threads(args.threads)
     print(f"Machine: {bench_models.machine()}")
@@ -106,12 +107,12 @@ def main():
             engine = rt._static_engine
             binding, held = bench_models._bind_fresh(engine)
             inputs = [held[i] for i in range(len(engine._inputs))]
-            dynamo_only = torch.compile(copy.deepcopy(model), backend=_op_only_backend(rt.handle))
+            dynamo_only = torch.compile(copy.deepcopy(model), backend=_op_only_backend(rt.key))
             dynamo_only(x)
             fns = {
                 "hybrid": lambda: hybrid(x),
                 "dynamo": lambda: dynamo_only(x),
-                "op": lambda: torch.ops.hybrid_trt.delegate(rt.handle, inputs, []),
+                "op": lambda: torch.ops.hybrid_trt.delegate(rt.key, inputs, []),
                 "engine": lambda: engine(inputs),
                 "raw": lambda: engine._session.run_with_iobinding(binding),
             }
