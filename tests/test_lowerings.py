@@ -227,6 +227,16 @@ SAMPLES: dict[Any, list[Case]] = {
     aten.baddbmm.default: [C(T(rn(2, 3, 6, seed=2)), T(rn(2, 3, 5)), T(rn(2, 5, 6, seed=1)), rtol=1e-4, atol=1e-4),
                            C(T(rn(2, 3, 6, seed=2)), T(rn(2, 3, 5)), T(rn(2, 5, 6, seed=1)), beta=0.5, alpha=0.25,
                              rtol=1e-4, atol=1e-4, id="alpha_beta")],
+    # attention.py (q, k, v, attn_mask, is_causal, scale, enable_gqa)
+    torch.ops.hybrid_trt.attention.default: [
+        C(T(rn(2, 3, 5, 8)), T(rn(2, 3, 7, 8, seed=1)), T(rn(2, 3, 7, 4, seed=2)), None, False, None, False,
+          rtol=1e-4, atol=1e-4),
+        C(T(rn(2, 3, 5, 8)), T(rn(2, 3, 7, 8, seed=1)), T(rn(2, 3, 7, 4, seed=2)), None, True, 0.5, False,
+          rtol=1e-4, atol=1e-4, id="causal_scale"),
+        C(T(rn(2, 5, 8)), T(rn(2, 7, 8, seed=1)), T(rn(2, 7, 8, seed=2)), T(rb(5, 7) | torch.eye(5, 7).bool()),
+          False, None, False, rtol=1e-4, atol=1e-4, id="bool_mask_3d"),
+        C(T(rn(2, 3, 5, 8)), T(rn(2, 3, 7, 8, seed=1)), T(rn(2, 3, 7, 8, seed=2)), T(rn(2, 1, 5, 7, seed=3)),
+          False, None, False, rtol=1e-4, atol=1e-4, id="additive_mask")],
     # normalization.py
     aten._native_batch_norm_legit_no_training.default: [
         C(T(X4()), W(rn(3, seed=1)), W(rn(3, seed=2)), W(rn(3, seed=3) * 0.1), W(pos(3, seed=4)), 0.1, 1e-5,

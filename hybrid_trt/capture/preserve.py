@@ -13,6 +13,8 @@ import torch
 import torch.fx as fx
 import torch.nn.functional as F
 
+from .attention import attention_decomposition
+
 
 @torch.library.custom_op("hybrid_trt::interpolate", mutates_args=())
 def interpolate(x: torch.Tensor, size: Optional[Sequence[int]], scale_factor: Optional[Sequence[float]],
@@ -29,7 +31,8 @@ def interpolate_decomposition(x, size, scale_factor, mode, align_corners):
     return F.interpolate(x, size=size, scale_factor=scale_factor, mode=mode, align_corners=align_corners)
 
 
-INDUCTOR_DECOMPOSITIONS = {torch.ops.hybrid_trt.interpolate.default: interpolate_decomposition}
+INDUCTOR_DECOMPOSITIONS = {torch.ops.hybrid_trt.interpolate.default: interpolate_decomposition,
+                           torch.ops.hybrid_trt.attention.default: attention_decomposition}
 
 _MODES = ("nearest", "bilinear")
 

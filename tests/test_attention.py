@@ -1,0 +1,287 @@
+"""Attention compiles, delegates and matches eager (issue 7, defect 1), and the stitched-graph fallback ladder
+completes whatever fails once partitions are put together ("a fallback never fails").
+
+Regression: on 576603b every ``nn.MultiheadAttention(batch_first=True)`` block failed to compile with
+``Cannot view a tensor with shape [...] and strides ... as ...``: the delegate returns contiguous outputs, and a
+``view`` left to Inductor assumed the strides the attention kernel had produced.
+
+On a machine with CUDA (and onnxruntime-gpu) the model tests also run on the GPU in float32 and float16.
+"""
+import logging
+
+import pytest
+import torch
+import torch.nn as nn
+
+import hybrid_trt
+import hybrid_trt.backend as backend
+
+from _helpers import assert_close
+
+DELEGATE = torch.ops.hybrid_trt.delegate.default
+
+
+def _settings():
+    out = [pytest.param("cpu", torch.float32, id="cpu-fp32")]
+    cuda = torch.cuda.is_available()
+    if cuda:
+        import onnxruntime as ort
+        cuda = "CUDAExecutionProvider" in ort.get_available_providers()
+    skip = [] if cuda else [pytest.mark.skip(reason="needs a GPU and onnxruntime-gpu")]
+    out += [pytest.param("cuda", torch.float32, id="cuda-fp32", marks=skip),
+            pytest.param("cuda", torch.float16, id="cuda-fp16", marks=skip)]
+    return out
+
+
+def _tol(dtype):
+    return dict(rtol=2e-2, atol=2e-2) if dtype == torch.float16 else dict(rtol=1e-4, atol=1e-4)
+
+
+def _compile_and_compare(model, x, dtype, options=None):
+    with torch.no_grad():
+        expected = model(x)
+        out = torch.compile(model, backend="hybrid_trt", options=options)(x)
+    assert_close(out, expected, **_tol(dtype))
+    return hybrid_trt.last_report()
+
+
+def _delegated_share(report) -> float:
+    total = report.delegated_op_count + len(report.inductor_ops)
+    return report.delegated_op_count / total
+
+
+class AttentionBlock(nn.Module):
+    """A pre-norm ViT-style attention block, 192 wide with 3 heads (as in the issue)."""
+
+    def __init__(self, need_weights=False):
+        super().__init__()
+        self.norm = nn.LayerNorm(192)
+        self.attn = nn.MultiheadAttention(192, 3, batch_first=True)
+        self.need_weights = need_weights
+
+    def forward(self, x):
+        y = self.norm(x)
+        out, weights = self.attn(y, y, y, need_weights=self.need_weights)
+        return (x + out, weights) if self.need_weights else x + out
+
+
+def _warnings(caplog):
+    return [r.getMessage() for r in caplog.records if r.name == "hybrid_trt" and r.levelno >= logging.WARNING]
+
+
+@pytest.mark.parametrize("device,dtype", _settings())
+def test_multihead_attention_block_compiles_delegates_and_matches_eager(device, dtype, hybrid_logs):
+    torch.manual_seed(0)
+    model = AttentionBlock().eval().to(device, dtype)
+    x = torch.randn(4, 197, 192, device=device, dtype=dtype)
+    report = _compile_and_compare(model, x, dtype)
+    delegated = [p for p in report.partitions if p.status == "delegated"]
+    assert len(delegated) == 1, report.table()
+    assert "hybrid_trt.attention.default" in delegated[0].ops, report.table()
+    assert _delegated_share(report) >= 0.8, report.table()
+    assert not _warnings(hybrid_logs), _warnings(hybrid_logs)  # nothing fell back on the way
+
+
+def test_multihead_attention_with_weights_delegates(hybrid_logs):
+    """``need_weights=True`` takes the bmm/softmax path instead of the fused kernel."""
+    torch.manual_seed(0)
+    model, x = AttentionBlock(need_weights=True).eval(), torch.randn(2, 17, 192)
+    report = _compile_and_compare(model, x, torch.float32)
+    assert [p.status for p in report.partitions] == ["delegated"], report.table()
+    assert _delegated_share(report) >= 0.8, report.table()
+    assert not _warnings(hybrid_logs), _warnings(hybrid_logs)
+
+
+def test_causal_masked_attention_delegates():
+    """Direct ``F.scaled_dot_product_attention`` calls with a causal flag and with an additive mask."""
+    class Causal(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.qkv = nn.Linear(32, 96)
+
+        def forward(self, x, mask):
+            q, k, v = self.qkv(x).view(2, 9, 3, 4, 8).permute(2, 0, 3, 1, 4).unbind(0)
+            a = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+            b = nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=0.3)
+            return (a + b).transpose(1, 2).reshape(2, 9, 32)
+
+    torch.manual_seed(0)
+    model, x, mask = Causal().eval(), torch.randn(2, 9, 32), torch.randn(9, 9)
+    with torch.no_grad():
+        expected = model(x, mask)
+        out = torch.compile(model, backend="hybrid_trt")(x, mask)
+    assert_close(out, expected)
+    report = hybrid_trt.last_report()
+    ops = {op for p in report.partitions if p.status == "delegated" for op in p.ops}
+    assert "hybrid_trt.attention.default" in ops, report.table()
+    assert not any("attention" in op.op for op in report.inductor_ops), report.table()
+
+
+def test_torchvision_vision_transformer_delegates():
+    torchvision = pytest.importorskip("torchvision")
+    torch.manual_seed(0)
+    model = torchvision.models.VisionTransformer(image_size=32, patch_size=16, num_layers=2, num_heads=3,
+                                                 hidden_dim=192, mlp_dim=384, num_classes=10).eval()
+    nn.init.normal_(model.heads.head.weight)  # torchvision zero-initialises the head: the output would be constant
+    report = _compile_and_compare(model, torch.randn(2, 3, 32, 32), torch.float32)
+    assert _delegated_share(report) >= 0.8, report.table()
+    assert not any("attention" in op.op for op in report.inductor_ops), report.table()
+
+
+def test_timm_deit_delegates():
+    timm = pytest.importorskip("timm")
+    torch.manual_seed(0)
+    model = timm.create_model("deit_tiny_patch16_224", pretrained=False, img_size=32, depth=2).eval()
+    report = _compile_and_compare(model, torch.randn(2, 3, 32, 32), torch.float32)
+    assert _delegated_share(report) >= 0.8, report.table()
+    assert not any("attention" in op.op for op in report.inductor_ops), report.table()
+
+
+# -- strides across seams -------------------------------------------------------------------------------------------
+def _permuted_output_model():
+    """Partition output with non-contiguous traced strides (a permute), viewed in Inductor after permuting back:
+    legal for the traced strides, illegal for the contiguous tensor the delegate returns."""
+    def f(x):
+        y = torch.softmax(x * 2 + 1, dim=-1).permute(1, 0, 2)
+        return torch.atan2(y.transpose(0, 1).view(4, 48), y.sum())
+    return f
+
+
+def test_view_of_a_non_contiguous_partition_output():
+    x = torch.randn(4, 6, 8)
+    f = _permuted_output_model()
+    with torch.no_grad():
+        expected = f(x)
+        out = torch.compile(f, backend="hybrid_trt",
+                            options={"min_block_size": 1, "force_inductor_ops": ["aten.transpose.int"]})(x)
+    assert_close(out, expected)
+    report = hybrid_trt.last_report()
+    assert [p.status for p in report.partitions] == ["delegated"], report.table()
+    assert any(op.op == "aten.transpose.int" for op in report.inductor_ops), report.table()
+
+
+def test_as_strided_of_a_non_contiguous_partition_output():
+    """``as_strided`` reads storage: the delegate output it reads gets its traced strides back."""
+    def f(x):
+        y = torch.softmax(x * 2 + 1, dim=-1).transpose(0, 1)  # [6, 4, 8], strides (8, 48, 1)
+        return torch.as_strided(y, (6, 3), (1, 6)) * 3
+
+    x = torch.randn(4, 6, 8)
+    with torch.no_grad():
+        expected = f(x)
+        out = torch.compile(f, backend="hybrid_trt", options={"min_block_size": 1})(x)
+    assert_close(out, expected)
+
+
+# -- the stitched-graph fallback ladder ---------------------------------------------------------------------------
+class TwoPartitions(nn.Module):
+    """Two delegated partitions around atan2 (which no delegate takes)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv1 = nn.Conv2d(3, 4, 3, padding=1)
+        self.conv2 = nn.Conv2d(4, 5, 3, padding=1)
+
+    def forward(self, x):
+        y = torch.relu(self.conv1(x))
+        y = torch.atan2(y, y + 1)
+        return torch.sigmoid(torch.relu(self.conv2(y)))
+
+
+def _run_two(options=None):
+    model, x = TwoPartitions().eval(), torch.randn(2, 3, 8, 8)
+    with torch.no_grad():
+        expected = model(x)
+        compiled = torch.compile(model, backend="hybrid_trt", options=options)
+        out, again = compiled(x), compiled(x)
+    assert_close(out, expected)
+    assert_close(again, expected)
+    return hybrid_trt.last_report()
+
+
+def _delegate_calls(gm) -> int:
+    return sum(n.target is DELEGATE for n in gm.graph.nodes)
+
+
+def _fail_when(monkeypatch, name, predicate, message):
+    real = getattr(backend, name)
+
+    def flaky(gm, *args, **kwargs):
+        if predicate(gm):
+            raise RuntimeError(message)
+        return real(gm, *args, **kwargs)
+    monkeypatch.setattr(backend, name, flaky)
+
+
+def test_two_partitions_both_delegated():
+    report = _run_two()
+    assert [p.status for p in report.partitions] == ["delegated", "delegated"], report.table()
+
+
+def test_stitching_failure_routes_back_only_the_partition_that_breaks_it(monkeypatch, hybrid_logs):
+    _fail_when(monkeypatch, "_decompose_for_inductor", lambda gm: _delegate_calls(gm) >= 2,
+               "injected stitching failure")
+    report = _run_two()
+    assert [p.status for p in report.partitions] == ["delegated", "fell back to Inductor"], report.table()
+    assert any("stitching failed" in e and "injected stitching failure" in e for e in report.partitions[1].events)
+    assert any("routed back" in op.reason for op in report.inductor_ops), report.table()
+    warnings = _warnings(hybrid_logs)
+    assert any("partition 1" in w and "injected stitching failure" in w for w in warnings), warnings
+
+
+def test_stitching_failure_with_any_delegate_ends_at_plain_inductor(monkeypatch, hybrid_logs):
+    _fail_when(monkeypatch, "_decompose_for_inductor", lambda gm: _delegate_calls(gm) >= 1,
+               "injected stitching failure")
+    report = _run_two()
+    assert [p.status for p in report.partitions] == ["fell back to Inductor"] * 2, report.table()
+    assert report.delegated_op_count == 0 and report.inductor_status == "compiled"
+
+
+def test_retrace_failure_of_the_plain_graph_runs_it_as_fx(monkeypatch, hybrid_logs):
+    _fail_when(monkeypatch, "_decompose_for_inductor", lambda gm: True, "injected re-trace failure")
+    report = _run_two()
+    assert report.inductor_status.startswith("ran as FX graph"), report.inductor_status
+    assert "injected re-trace failure" in report.inductor_status
+
+
+def test_stitching_failure_strict_raises(monkeypatch):
+    _fail_when(monkeypatch, "_decompose_for_inductor", lambda gm: _delegate_calls(gm) >= 1,
+               "injected stitching failure")
+    model = TwoPartitions().eval()
+    compiled = torch.compile(model, backend="hybrid_trt", options={"strict": True})
+    with pytest.raises(Exception, match="injected stitching failure"), torch.no_grad():
+        compiled(torch.randn(2, 3, 8, 8))
+
+
+def test_inductor_failure_with_delegates_retries_without_them(monkeypatch, hybrid_logs):
+    _fail_when(monkeypatch, "compile_fx_inner", lambda gm: _delegate_calls(gm) >= 1, "injected Inductor failure")
+    report = _run_two()
+    assert [p.status for p in report.partitions] == ["fell back to Inductor"] * 2, report.table()
+    assert report.inductor_status.startswith("compiled without delegates"), report.inductor_status
+    warnings = _warnings(hybrid_logs)
+    assert sum("injected Inductor failure" in w for w in warnings) == 1, warnings
+
+
+def test_partitioning_failure_compiles_with_inductor_alone(monkeypatch, hybrid_logs):
+    def broken(*args, **kwargs):
+        raise RuntimeError("injected partitioner bug")
+    monkeypatch.setattr(backend, "partition_graph", broken)
+    report = _run_two()
+    assert report.partitions == [] and "injected partitioner bug" in report.whole_graph_reason
+    assert any("injected partitioner bug" in w for w in _warnings(hybrid_logs))
+
+
+def test_unexpected_error_preparing_a_partition_falls_back(monkeypatch, hybrid_logs):
+    """Not only DelegateBuildError: any exception on the way to an engine routes that partition to Inductor."""
+    real = backend.prepare_runtime
+    calls = []
+
+    def second_fails(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyError("injected bug")
+        return real(*args, **kwargs)
+    monkeypatch.setattr(backend, "prepare_runtime", second_fails)
+    report = _run_two()
+    assert [p.status for p in report.partitions] == ["delegated", "fell back to Inductor"], report.table()
