@@ -236,7 +236,10 @@ SAMPLES: dict[Any, list[Case]] = {
         C(T(rn(2, 5, 8)), T(rn(2, 7, 8, seed=1)), T(rn(2, 7, 8, seed=2)), T(rb(5, 7) | torch.eye(5, 7).bool()),
           False, None, False, rtol=1e-4, atol=1e-4, id="bool_mask_3d"),
         C(T(rn(2, 3, 5, 8)), T(rn(2, 3, 7, 8, seed=1)), T(rn(2, 3, 7, 8, seed=2)), T(rn(2, 1, 5, 7, seed=3)),
-          False, None, False, rtol=1e-4, atol=1e-4, id="additive_mask")],
+          False, None, False, rtol=1e-4, atol=1e-4, id="additive_mask"),
+        C(T(rn(1, 2, 3, 4)), T(rn(1, 2, 3, 4, seed=1)), T(rn(1, 2, 3, 4, seed=2)),
+          T(torch.tensor([[True, False, True], [False, False, False], [True, True, True]])), False, None, False,
+          rtol=1e-4, atol=1e-4, id="fully_masked_row")],
     # normalization.py
     aten._native_batch_norm_legit_no_training.default: [
         C(T(X4()), W(rn(3, seed=1)), W(rn(3, seed=2)), W(rn(3, seed=3) * 0.1), W(pos(3, seed=4)), 0.1, 1e-5,

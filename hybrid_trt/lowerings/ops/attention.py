@@ -46,4 +46,7 @@ def lower_attention(ctx, node):
         else:
             scores = ctx.op("Add", scores, ctx.input(attn_mask))
     weights = ctx.op("Softmax", scores, axis=-1)
+    if attn_mask is not None:
+        # A row the mask hides entirely is all -inf, whose Softmax is NaN; PyTorch gives zeros there.
+        weights = ctx.op("Where", ctx.op("IsNaN", weights), ctx.const(0.0, dtype), weights)
     return ctx.op("MatMul", weights, ctx.input(value))
