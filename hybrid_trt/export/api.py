@@ -136,14 +136,14 @@ def export(model: torch.nn.Module, example_inputs, *, dynamic_shapes=None, shape
 
 def _middle(capture, opts, report, store_root: pathlib.Path, n_shapes: int):
     """The backend's middle passes on the exported graph, building into the package's engine store."""
-    from ..backend import _hybrid_graph
+    from ..backend import _hybrid_graph, _stitched
     from ..engines.runtime import Policy
     from ..engines.store import EngineStore
     store = EngineStore(store_root, _NO_EVICTION)
     policy = Policy(strict=opts.strict, max_engines=max(opts.max_engines_per_partition, n_shapes))
     opts = dataclasses.replace(opts, cache=True, cache_dir=str(store_root), cache_max_bytes=_NO_EVICTION)
-    return _hybrid_graph(capture.gm, capture.inputs, capture.weights, len(capture.inputs), opts, report, store,
-                         policy, {})
+    delegated = _hybrid_graph(capture.gm, capture.weights, len(capture.inputs), opts, report, store, policy, {})
+    return _stitched(capture.gm, delegated, capture.inputs, report), [d.runtime for d in delegated]
 
 
 class _Stitched(torch.nn.Module):
@@ -198,8 +198,9 @@ def _reexport(stitched: torch.fx.GraphModule, capture, example: tuple):
         spec.append(per_input or None)
     try:
         with torch.no_grad():
-            return torch.export.export(module, example, dynamic_shapes=tuple(spec) if dims or any(spec) else None,
-                                       strict=False)
+            # forward(*inputs): the spec of the one varargs parameter is the tuple of per-input specs
+            return torch.export.export(module, tuple(example),
+                                       dynamic_shapes=(tuple(spec),) if any(spec) else None, strict=False)
     except Exception as e:
         raise ExportError(f"the stitched graph could not be exported for AOTInductor: {type(e).__name__}: {e}") \
             from e
@@ -370,16 +371,19 @@ def _random_like(example: torch.Tensor, shape, gen) -> torch.Tensor:
 
 
 def _derived_dynamic_shapes(cases: list[tuple], names: list[str]) -> tuple:
-    """Dimensions whose size differs among the listed shapes become dynamic, over the listed range."""
+    """Dimensions whose size differs among the listed shapes become dynamic, over the listed range. Dimensions
+    equal to each other in every listed shape (a batch dimension shared by two inputs) are one dimension."""
     from torch.export import Dim
+    dims: dict = {}  # the sizes across the listed shapes -> one Dim
     spec = []
     for i, name in enumerate(names):
-        sizes = [c[i].shape for c in cases]
         per_input = {}
-        for d in range(len(sizes[0])):
-            values = {s[d] for s in sizes}
-            if len(values) > 1:
-                per_input[d] = Dim(f"{name}_{d}", min=min(values), max=max(values))
+        for d in range(cases[0][i].dim()):
+            values = tuple(int(c[i].shape[d]) for c in cases)
+            if len(set(values)) > 1:
+                if values not in dims:
+                    dims[values] = Dim(f"{name}_{d}", min=min(values), max=max(values))
+                per_input[d] = dims[values]
         spec.append(per_input or None)
     return tuple(spec)
 

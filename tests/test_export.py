@@ -1,0 +1,214 @@
+"""Export and deploy with real engines (ONNX Runtime, CPU) and real AOTInductor packages.
+
+Each example model is exported once (one through the ``hybrid-trt export`` command); one fresh process then
+loads every package with every delegate build, lowering and compiler entry point replaced by a function that
+raises, runs the listed shapes and compares with eager PyTorch computed in that process.
+"""
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import export_models
+import hybrid_trt
+from hybrid_trt.export import cli
+from hybrid_trt.export import package as pkg
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])}
+TIMEOUT = 600
+
+
+def _run(args, **kw):
+    return subprocess.run([sys.executable, *args], env=ENV, cwd=ROOT, capture_output=True, text=True,
+                          timeout=TIMEOUT, **kw)
+
+
+@pytest.fixture(scope="module")
+def packages(tmp_path_factory):
+    out = tmp_path_factory.mktemp("packages")
+    paths = {}
+    for name in ("resnet18", "detector", "lidar"):
+        model, example = getattr(export_models, name)()
+        dynamic = None
+        if name == "lidar":  # the voxel count varies per sweep
+            n = torch.export.Dim("voxels", min=16, max=200000)
+            dynamic = ({0: n}, {0: n})
+        paths[name] = hybrid_trt.export(model, example, dynamic_shapes=dynamic, path=out / name)
+    # Two input shapes, through the console command (progress, report, package path on stdout).
+    path = out / "two_inputs.zip"
+    done = _run(["-m", "hybrid_trt.export.cli", "export", "export_models:two_inputs", "--out", str(path),
+                 "--shape", "image=2x3x16x16,features=2x6", "--shape", "image=4x3x16x16,features=4x6"])
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"package written: {path}" in done.stdout and "ops delegated" in done.stdout
+    paths["two_inputs"] = path
+    return paths
+
+
+_FRESH = r"""
+import json, sys, torch
+import hybrid_trt, export_models  # export_models registers the user's custom op, as a deployment would
+from hybrid_trt.delegates import registry
+from hybrid_trt.engines import runtime
+import hybrid_trt.lowerings.to_onnx as to_onnx
+from examples.lidar_detector import compare_detections
+
+ran = []
+def forbidden(what):
+    def call(*args, **kwargs):
+        ran.append(what)
+        raise AssertionError(f"{what} ran while loading or calling a package")
+    return call
+for d in registry._DELEGATES.values():
+    d.build = forbidden(f"{d.name}.build")
+to_onnx.lower_partition = runtime.lower_partition = forbidden("lowering")
+torch.compile = forbidden("torch.compile")
+torch.export.export = forbidden("torch.export")
+torch._inductor.aoti_compile_and_package = forbidden("AOTInductor compile")
+
+results = {}
+for name, path in json.loads(sys.argv[1]).items():
+    model, _ = getattr(export_models, name)()
+    loaded = hybrid_trt.load(path)
+    cases = []
+    for ref in loaded.manifest["reference"]:
+        inputs = torch.load(loaded.package.root / ref["file"])["inputs"]
+        with torch.no_grad():
+            got, expected = loaded(*inputs), model(*inputs)
+        try:
+            if name == "lidar":
+                compare_detections(got, expected, atol=1e-3, rtol=1e-3)
+            else:
+                torch.testing.assert_close(got, expected, rtol=1e-3, atol=1e-4)
+            cases.append([ref["input_shapes"], "ok"])
+        except AssertionError as e:
+            cases.append([ref["input_shapes"], str(e)])
+    missing = None
+    if name == "two_inputs":  # batch 3 is within the dynamic range, but no engine was built for it
+        try:
+            loaded(torch.randn(3, 3, 16, 16), torch.randn(3, 6))
+        except Exception as e:
+            missing = f"{type(e).__name__}: {e}"
+    results[name] = {"cases": cases, "missing": missing, "partitions": len(loaded.manifest["partitions"])}
+print("RESULTS" + json.dumps({"results": results, "forbidden_calls": ran}))
+"""
+
+
+@pytest.fixture(scope="module")
+def fresh_process(packages):
+    done = _run(["-c", _FRESH, json.dumps({k: str(v) for k, v in packages.items()})])
+    assert done.returncode == 0, done.stderr[-5000:]
+    line = next(x for x in done.stdout.splitlines() if x.startswith("RESULTS"))
+    data = json.loads(line[len("RESULTS"):])
+    assert data["forbidden_calls"] == [], data["forbidden_calls"]  # nothing built, lowered or compiled
+    return data["results"]
+
+
+def _assert_all_match(result):
+    assert result["cases"], "no reference cases"
+    for shapes, verdict in result["cases"]:
+        assert verdict == "ok", f"input shapes {shapes}: {verdict}"
+
+
+def test_resnet18_round_trip(fresh_process, packages):
+    _assert_all_match(fresh_process["resnet18"])
+    manifest = pkg.open_package(packages["resnet18"]).manifest
+    assert [p["delegate"] for p in manifest["partitions"]] == ["onnxruntime"]
+    assert manifest["partitions"][0]["signatures"] == ["1x3x32x32"]
+    assert manifest["versions"]["torch"] == torch.__version__ and manifest["gpu_arch"] == "cpu"
+
+
+def test_detector_splits_around_user_custom_op_and_atan2(fresh_process, packages):
+    _assert_all_match(fresh_process["detector"])
+    manifest = pkg.open_package(packages["detector"]).manifest
+    assert len(manifest["partitions"]) >= 2  # delegated on both sides of the user's op
+    left = {op["op"] for op in manifest["report"]["inductor_ops"]}
+    assert "export_test.shuffle.default" in left and "aten.atan2.default" in left
+
+
+def test_two_input_shapes_round_trip_and_missing_shape_error(fresh_process, packages):
+    result = fresh_process["two_inputs"]
+    _assert_all_match(result)
+    assert len(result["cases"]) == 2
+    manifest = pkg.open_package(packages["two_inputs"]).manifest
+    assert [i["dynamic_dims"] for i in manifest["inputs"]] == [[0], [0]]
+    # The documented error: which partition, which shape, which shapes exist.
+    missing = result["missing"]
+    assert missing and missing.startswith("EngineNotInPackage"), missing
+    assert "partition" in missing and "3x" in missing
+    for p in manifest["partitions"]:
+        assert len(p["signatures"]) == 2 and all(s in missing for s in p["signatures"])
+
+
+def test_lidar_round_trip_with_data_dependent_sparse_ops(fresh_process, packages):
+    _assert_all_match(fresh_process["lidar"])
+    manifest = pkg.open_package(packages["lidar"]).manifest
+    assert manifest["partitions"], "the dense BEV part should be delegated"
+    left = {op["op"] for op in manifest["report"]["inductor_ops"]}
+    assert any(op.startswith("hybrid_trt.sparse_") for op in left)  # extern calls in the AOTInductor graph
+
+
+def test_static_package_refuses_an_unlisted_shape(packages):
+    loaded = hybrid_trt.load(packages["resnet18"])
+    with pytest.raises(LookupError, match=r"partition 0 \(onnxruntime\) has engines for \['1x3x32x32'\]"):
+        loaded(torch.randn(2, 3, 32, 32))
+
+
+def test_verify_passes_on_a_fresh_package_in_a_fresh_process(packages):
+    done = _run(["-m", "hybrid_trt.export.cli", "verify", str(packages["resnet18"])])
+    assert done.returncode == 0, done.stdout + done.stderr[-2000:]
+    assert done.stdout.count("PASS") == 5 and "all checks passed" in done.stdout
+
+
+def _engine_file(root: pathlib.Path) -> pathlib.Path:
+    manifest = json.loads((root / pkg.MANIFEST).read_text())
+    entry = manifest["partitions"][0]["engines"][0]
+    return root / entry["entry"] / next(f for f in entry["files"] if f.startswith("engine."))
+
+
+def test_verify_fails_with_its_own_message_and_code(packages, tmp_path, capsys):
+    def copy(name):
+        return pathlib.Path(shutil.copytree(packages["resnet18"], tmp_path / name))
+
+    flipped = copy("flipped")
+    data = bytearray(_engine_file(flipped).read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    _engine_file(flipped).write_bytes(bytes(data))
+    assert cli.main(["verify", str(flipped)]) == pkg.EXIT_CODES["checksums"] == 5
+    out = capsys.readouterr().out
+    assert "FAIL  checksums" in out and "tampered" in out and "SKIP  reference" in out
+
+    deleted = copy("deleted")
+    _engine_file(deleted).unlink()
+    assert cli.main(["verify", str(deleted)]) == pkg.EXIT_CODES["files"] == 4
+    assert "missing file(s)" in capsys.readouterr().out
+
+    edited = copy("edited")
+    manifest = json.loads((edited / pkg.MANIFEST).read_text())
+    for env in manifest["environment"].values():
+        env["library"] = "onnxruntime 0.0.1"
+    (edited / pkg.MANIFEST).write_text(json.dumps(manifest))
+    assert cli.main(["verify", str(edited)]) == pkg.EXIT_CODES["environment"] == 6
+    out = capsys.readouterr().out
+    assert "version or architecture mismatch: library: package 'onnxruntime 0.0.1'" in out
+
+    # load refuses a damaged package before any engine is read
+    with pytest.raises(pkg.PackageError, match="tampered"):
+        hybrid_trt.load(flipped)
+
+
+def test_inspect_and_bench(packages, capsys):
+    assert cli.main(["inspect", str(packages["detector"])]) == 0
+    out = capsys.readouterr().out
+    assert "onnxruntime" in out and "versions:" in out and "1x3x64x64" in out
+    assert cli.main(["inspect", "--json", str(packages["two_inputs"])]) == 0
+    assert json.loads(capsys.readouterr().out)["format"] == pkg.FORMAT
+    assert cli.main(["bench", str(packages["resnet18"]), "--iters", "3", "--warmup", "1",
+                     "--model", "export_models:resnet18"]) == 0
+    out = capsys.readouterr().out
+    assert "package median ms" in out and "eager median ms" in out
