@@ -99,13 +99,17 @@ def _sample_callable(op, sample):
 
 
 def capture(fn, tensors) -> fx.GraphModule:
-    """The functional ATen graph AOTAutograd hands the backend: Inductor's decompositions minus every op that has
-    a lowering (``hybrid_trt.capture.capture_decompositions``), traced under fake tensors."""
-    from torch.fx.experimental.proxy_tensor import make_fx
+    """The functional ATen graph AOTAutograd hands the backend: traced by AOTAutograd itself (inference, no joint
+    graph) with the backend's table, Inductor's decompositions minus every op that has a lowering
+    (``hybrid_trt.capture.capture_decompositions``). Inputs the op mutates become extra graph outputs."""
+    from torch._functorch.aot_autograd import aot_export_module
+
+    class Sample(torch.nn.Module):
+        def forward(self, *ts):
+            return tuple(fn(*ts))
     with torch.no_grad():
-        gm = make_fx(torch.func.functionalize(fn), decomposition_table=_decompositions(), tracing_mode="fake")(*tensors)
-    gm.graph.eliminate_dead_code()  # as AOTAutograd does: results nobody reads are not computed
-    gm.recompile()
+        gm, _signature = aot_export_module(Sample(), list(tensors), trace_joint=False,
+                                           decompositions=_decompositions())
     return gm
 
 
@@ -211,7 +215,7 @@ def run_sample(op, sample, dtype, index: int) -> SampleResult:
             result.detail = "random or uninitialised output"
             return result
         with torch.no_grad():
-            if _compare(fn(*tensors), fn(*tensors)) is not None:
+            if _compare(fn(*_copies(tensors)), fn(*_copies(tensors))) is not None:
                 result.detail = "eager is not deterministic"
                 return result
             try:
@@ -278,14 +282,21 @@ def _delegate_options(delegate, opts):
     return delegate.options_from(opts) if hasattr(delegate, "options_from") else opts
 
 
+def _copies(tensors):
+    # Some ops write to their inputs (e.g. batch norm's running statistics): each run gets its own copies.
+    return [t.clone() for t in tensors]
+
+
 def _eager_values(gm: fx.GraphModule, tensors) -> dict:
+    """Every node's value when eager ATen runs the graph (snapshots, in case a later op writes to one)."""
     values = {}
 
     class Record(fx.Interpreter):
         def run_node(self, n):
-            values[n] = out = super().run_node(n)
+            out = super().run_node(n)
+            values[n] = pytree.tree_map(lambda v: v.clone() if isinstance(v, torch.Tensor) else v, out)
             return out
-    Record(gm).run(*tensors)
+    Record(gm).run(*_copies(tensors))
     return values
 
 

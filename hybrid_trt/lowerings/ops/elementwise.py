@@ -102,13 +102,20 @@ def _trunc(ctx, x):
     return ctx.op("Mul", ctx.op("Sign", x), ctx.op("Floor", ctx.op("Abs", x)))
 
 
+def _check_ordered(node: Node):
+    a, b = (x.meta.get("val") if isinstance(x, Node) else x for x in node.args[:2])
+    if torch.result_type(a, b) == torch.bool:  # ONNX Less/Greater(OrEqual) are not defined for bool
+        return "ordering comparison of bool values"
+    return None
+
+
 def _comparison(op_type: str, *targets, negate=False):
     def lower(ctx, node):
         dtype = _compute_dtype(ctx, node)
         out = ctx.op(op_type, ctx.input(node.args[0], dtype), ctx.input(node.args[1], dtype))
         return ctx.op("Not", out) if negate else out
     lower.__name__ = f"lower_{op_type.lower()}{'_not' if negate else ''}"
-    return lowering(*targets, dtypes=ANY)(lower)
+    return lowering(*targets, dtypes=ANY, check=None if op_type == "Equal" else _check_ordered)(lower)
 
 
 _comparison("Equal", aten.eq.Tensor, aten.eq.Scalar)
@@ -142,7 +149,15 @@ def lower_not(ctx, node):
     return ctx.op("Not", ctx.input(node.args[0], torch.bool))
 
 
-@lowering(aten.where.self, aten.where.ScalarOther, aten.where.ScalarSelf, aten.where.Scalar, dtypes=ANY)
+def _check_where(node: Node):
+    val = node.meta.get("val")
+    if isinstance(val, torch.Tensor) and val.dtype == torch.bool:
+        return "where selecting bool values (ONNX Runtime has no bool Where kernel)"
+    return None
+
+
+@lowering(aten.where.self, aten.where.ScalarOther, aten.where.ScalarSelf, aten.where.Scalar, dtypes=ANY,
+          check=_check_where)
 def lower_where(ctx, node):
     dtype = ctx.dtype(node)
     cond, a, b = node.args

@@ -33,7 +33,8 @@ def lower_sum(ctx, node):
     return _reduce(ctx, "ReduceSum", node.args[0], dim, keepdim, ctx.dtype(node))
 
 
-@lowering(aten.mean.dim, aten.mean.default, dtypes=FLOAT, check=_check_sum)
+@lowering(aten.mean.dim, aten.mean.default, dtypes=FLOAT,
+          check=lambda node: _check_sum(node) or _check_nonempty(node))
 def lower_mean(ctx, node):
     dim = node.args[1] if len(node.args) > 1 else None
     keepdim = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
@@ -48,7 +49,21 @@ def lower_amax_amin(ctx, node):
     return _reduce(ctx, op_type, node.args[0], dim, keepdim)
 
 
-@lowering(aten.max.dim, aten.min.dim, dtypes=NUMERIC)
+def _check_not_0d(node):
+    val = node.args[0].meta.get("val")
+    if isinstance(val, torch.Tensor) and val.dim() == 0:  # ONNX ArgMax/ArgMin/CumSum need rank >= 1
+        return "0-d input"
+    return None
+
+
+def _check_nonempty(node):
+    val = node.args[0].meta.get("val")
+    if isinstance(val, torch.Tensor) and val.numel() == 0:  # ATen gives NaN, ONNX Runtime's ReduceMean 0
+        return "mean over an empty tensor"
+    return None
+
+
+@lowering(aten.max.dim, aten.min.dim, dtypes=NUMERIC, check=_check_not_0d)
 def lower_max_min_dim(ctx, node):
     is_max = node.target is aten.max.dim
     x, dim = node.args[:2]
@@ -61,7 +76,7 @@ def lower_max_min_dim(ctx, node):
 
 def _check_arg(node):
     dim = node.args[1] if len(node.args) > 1 else None
-    return "dim=None (flattened argmax)" if dim is None else None
+    return "dim=None (flattened argmax)" if dim is None else _check_not_0d(node)
 
 
 @lowering(aten.argmax.default, aten.argmin.default, dtypes=NUMERIC, check=_check_arg)
@@ -73,7 +88,7 @@ def lower_argmax(ctx, node):
     return ctx.op(op_type, ctx.input(x), axis=axis, keepdims=int(bool(keepdim)))
 
 
-@lowering(aten.var_mean.correction, aten.var.correction, dtypes=FLOAT)
+@lowering(aten.var_mean.correction, aten.var.correction, dtypes=FLOAT, check=_check_nonempty)
 def lower_var(ctx, node):
     x = node.args[0]
     dim = node.args[1] if len(node.args) > 1 else None
@@ -97,7 +112,7 @@ def lower_var(ctx, node):
     return (var, mean)
 
 
-@lowering(aten.cumsum.default, dtypes=NUMERIC)
+@lowering(aten.cumsum.default, dtypes=NUMERIC, check=_check_not_0d)
 def lower_cumsum(ctx, node):
     x, dim = node.args[:2]
     dtype = ctx.dtype(node)
