@@ -1,0 +1,258 @@
+"""CUDA graphs for the whole stitched callable: ``mode="reduce-overhead"`` or ``options={"cuda_graphs": True}``.
+
+The stitched graph (Inductor's kernels and every delegate call) is compiled by Inductor with its own CUDA-graph
+trees switched on, exactly as ``torch.compile(mode="reduce-overhead")`` does for plain Inductor: one graph per
+input shape, recorded after a warm-up call and replayed afterwards; inputs copied into static buffers (weights
+and other static inputs are not copied); outputs living in the graph's memory pool until the next replay.
+Nothing here re-implements capture: this module only decides which delegate calls may be captured, tells
+Inductor, and reports what Inductor did.
+
+- Each delegate declares whether its engines can be captured on a device (``Delegate.capture_unsafe_reason``).
+  A static engine is also probed once at compile time: a warm-up run (so the first-call fallback and the
+  delegate's own lazy allocations happen outside any capture), then one capture of a second run on a throwaway
+  graph. A partition that is not capture-safe is called through ``hybrid_trt::delegate_uncapturable``, the same
+  op carrying ``torch.Tag.cudagraph_unsafe``: Inductor's graph partitioning (switched on with the graphs) then
+  captures the segments around it and runs it between them.
+- Inductor's own reasons to capture less (CPU ops, data-dependent sizes, input mutation, ...) are taken from its
+  compile result and its ``cudagraphs`` log, and land in ``CompileReport.cuda_graphs`` next to ours.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+from typing import Optional
+
+import torch
+import torch.fx as fx
+
+from .engines import op as _delegate_op
+from .log import logger
+from .report import CudaGraphRecord
+
+# torch.compile modes: what each means for hybrid_trt. "default" never reaches the backend (torch drops it).
+MODES = ("default", "reduce-overhead")
+_REJECTED_MODES = {
+    "max-autotune": "hybrid_trt does not autotune Inductor's kernels (compile time); use mode='reduce-overhead' "
+                    "for CUDA graphs, or backend='inductor' for max-autotune",
+    "max-autotune-no-cudagraphs": "hybrid_trt does not autotune Inductor's kernels (compile time); leave mode "
+                                  "out, or use backend='inductor' for max-autotune",
+}
+
+_LIB = torch.library.Library("hybrid_trt", "FRAGMENT")
+_LIB.define("delegate_uncapturable(str key, Tensor[] inputs, SymInt[] sizes) -> Tensor[]",
+            tags=(torch.Tag.cudagraph_unsafe,))
+_LIB.impl("delegate_uncapturable", _delegate_op._run, "CompositeExplicitAutograd")
+torch.library.register_fake("hybrid_trt::delegate_uncapturable", _delegate_op._fake, lib=_LIB)
+
+delegate_uncapturable = torch.ops.hybrid_trt.delegate_uncapturable.default
+
+
+# ---------------------------------------------------------------------------------------------- options
+
+
+def options_with_mode(options, mode: Optional[str]):
+    """``options`` (dict, Options or None) with torch.compile's ``mode`` applied. Raises ValueError for modes
+    hybrid_trt does not honour (never drops one silently)."""
+    if mode is None or mode == "default":
+        return options
+    if mode in _REJECTED_MODES:
+        raise ValueError(f"hybrid_trt: torch.compile mode={mode!r} is not supported: {_REJECTED_MODES[mode]}")
+    if mode != "reduce-overhead":
+        raise ValueError(f"hybrid_trt: unknown torch.compile mode={mode!r}; valid: {list(MODES)} "
+                         "(or options={'cuda_graphs': True})")
+    from .options import Options
+    if isinstance(options, Options):
+        return dataclasses.replace(options, cuda_graphs=True)
+    options = dict(options or {})
+    if options.get("cuda_graphs") in (False, "0", "false", "no", "off"):
+        raise ValueError("hybrid_trt: mode='reduce-overhead' asks for CUDA graphs but options say "
+                         "cuda_graphs=False; drop one of them")
+    return {**options, "cuda_graphs": True}
+
+
+def inductor_config(options) -> dict:
+    """Inductor settings for the stitched graph: its CUDA-graph trees, and graph partitioning so that an
+    uncapturable piece splits the capture instead of cancelling it."""
+    if not options.cuda_graphs:
+        return {}
+    from torch._inductor import config
+    patch = {"triton.cudagraphs": True}
+    if hasattr(config, "graph_partition"):
+        patch["graph_partition"] = True
+    return patch
+
+
+# ---------------------------------------------------------------------------------------------- compile time
+
+
+@dataclasses.dataclass
+class CapturePlan:
+    """Which delegated partitions (by content key) must stay outside CUDA graphs, and why."""
+    enabled: bool
+    uncapturable: dict = dataclasses.field(default_factory=dict)  # key -> reason
+
+    def apply(self, gm: fx.GraphModule) -> fx.GraphModule:
+        """In place: calls of uncapturable partitions become ``delegate_uncapturable`` calls."""
+        changed = False
+        for node in gm.graph.nodes:
+            if node.op == "call_function" and node.target is _delegate_op.delegate \
+                    and node.args[0] in self.uncapturable:
+                node.target = delegate_uncapturable
+                changed = True
+        if changed:
+            gm.recompile()
+        return gm
+
+
+def plan_capture(delegated, options) -> CapturePlan:
+    """``delegated``: the partitions about to be stitched in (``runtime``, ``extracted``, ``report``)."""
+    plan = CapturePlan(enabled=bool(options.cuda_graphs))
+    if not plan.enabled:
+        return plan
+    for d in delegated:
+        rt = d.runtime
+        reason = rt.delegate.capture_unsafe_reason(rt.device, rt.delegate_options)
+        if reason is None and not rt.symbolic:
+            reason = _probe(rt, [n.meta["val"] for n in d.extracted.tensor_inputs])
+        if reason is not None:
+            plan.uncapturable[rt.key] = reason
+            d.report.events.append(f"outside CUDA graphs: {reason}")
+            logger.info("hybrid_trt: %s runs outside CUDA graphs: %s", rt.name, reason)
+    return plan
+
+
+def _probe(runtime, metas) -> Optional[str]:
+    """None when a run of the static engine can be captured; else why not. Runs the engine twice on zeros."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    if runtime.device.type != "cuda":
+        return None  # nothing to capture; Inductor reports the CPU device itself
+    with unset_fake_temporarily():
+        inputs = [torch.zeros(tuple(int(s) for s in m.shape), dtype=m.dtype, device=m.device) for m in metas]
+        try:
+            runtime.run(inputs, [])  # the first call: engine-side lazy set-up and allocations, fallback check
+            torch.cuda.synchronize(runtime.device)
+        except Exception as e:  # noqa: BLE001 - the runtime's own fallback rules apply at the real call
+            return f"warm-up run failed: {_text(e)}"
+        if runtime.report.status != "delegated":
+            return "the partition fell back to Inductor (a separately compiled function)"
+        graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.device(runtime.device), torch.cuda.graph(graph, capture_error_mode="thread_local"):
+                runtime.run(inputs, [])
+        except Exception as e:  # noqa: BLE001 - a capture failure only means: run it between the captured parts
+            return f"capture of its engine failed: {_text(e)}"
+        finally:
+            del graph
+            torch.cuda.synchronize(runtime.device)
+    return None
+
+
+# ---------------------------------------------------------------------------------------------- report
+
+
+class _SkipLog(logging.Filter):
+    """Collects Inductor's 'skipping cudagraphs due to ...' lines for the report instead of printing them."""
+
+    def __init__(self):
+        super().__init__()
+        self.messages: list = []
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        self.messages.append(record.getMessage().strip().splitlines()[0])
+        return False
+
+
+@contextlib.contextmanager
+def compiling(options):
+    """Around compile_fx: Inductor's CUDA-graph settings, and its skip messages caught (yields their list)."""
+    if not options.cuda_graphs:
+        yield []
+        return
+    from torch._inductor import cudagraph_utils
+    skip_log = _SkipLog()
+    log = cudagraph_utils.cudagraphs_log
+    log.addFilter(skip_log)
+    try:
+        with torch._inductor.config.patch(inductor_config(options)):
+            yield skip_log.messages
+    finally:
+        log.removeFilter(skip_log)
+
+
+def with_graphs(compile_inductor, options, report):
+    """``compile_inductor`` run under ``compiling``; Inductor's skip messages join ``report.cuda_graphs``."""
+    def run():
+        with compiling(options) as skipped:
+            compiled = compile_inductor()
+        if report.cuda_graphs is None:  # Inductor's cache served the graph: nothing was compiled to inspect
+            report.cuda_graphs = CudaGraphRecord("unknown (compiled graph served by Inductor's cache)", 0, [])
+        elif skipped:
+            report.cuda_graphs.reasons = _dedupe(report.cuda_graphs.reasons + [f"Inductor: {m}" for m in skipped])
+        return compiled
+    return run
+
+
+def compile_observed(compile_graph, gm: fx.GraphModule, cudagraphs_box, plan: CapturePlan, report):
+    """``compile_graph()`` (Inductor on the stitched graph ``gm``), recording in ``report.cuda_graphs`` what it
+    captured: ``cudagraphs_box`` is the BoxedBool Inductor clears when it skips the graphs, and its compiled
+    graph's ``partition_maps`` are the captured segments."""
+    if not plan.enabled:
+        return compile_graph()
+    reasons = list(blockers(gm, plan))  # before Inductor's passes rewrite gm
+    compiled = compile_graph()
+    captured = bool(cudagraphs_box) if cudagraphs_box is not None else False
+    partition_maps = getattr(compiled, "partition_maps", None)
+    for why in (getattr(compiled, "disabled_cudagraphs_reason", None),
+                *(getattr(getattr(compiled, "cudagraph_info", None), "cudagraph_fail_reasons", None) or ())):
+        if why:
+            reasons.append(f"Inductor: {_first_line(why)}")
+    if not captured or (partition_maps is not None and len(partition_maps) == 0):
+        status, segments = "not captured", 0
+    elif partition_maps and len(partition_maps) > 1:
+        status, segments = f"captured in {len(partition_maps)} segments", len(partition_maps)
+    elif reasons:
+        status, segments = "captured in 1 segment", 1
+    else:
+        status, segments = "captured whole", 1
+    report.cuda_graphs = CudaGraphRecord(status, segments, _dedupe(reasons))
+    logger.info("hybrid_trt: graph %d CUDA graphs: %s%s", report.graph_index, status,
+                f" ({'; '.join(report.cuda_graphs.reasons)})" if report.cuda_graphs.reasons else "")
+    return compiled
+
+
+def blockers(gm: fx.GraphModule, plan: CapturePlan):
+    """Why parts of the stitched graph cannot be captured: our uncapturable partitions, ops Inductor treats as
+    cudagraph-unsafe, data-dependent (unbacked) sizes, and ops on the CPU."""
+    from torch._inductor.utils import is_cudagraph_unsafe_fx_node
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+    devices: dict = {}  # device type -> ops producing tensors there
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+            continue
+        val = node.meta.get("val")
+        for v in (val if isinstance(val, (list, tuple)) else (val,)):
+            if isinstance(v, torch.Tensor):
+                devices[v.device.type] = devices.get(v.device.type, 0) + 1
+        if node.target is delegate_uncapturable:
+            yield f"partition {node.args[0][:12]}: {plan.uncapturable.get(node.args[0], 'not capture-safe')}"
+        elif is_cudagraph_unsafe_fx_node(node):
+            yield f"{node.name}: {node.target} is cudagraph-unsafe"
+        elif val is not None and free_unbacked_symbols(val):
+            yield f"{node.name}: data-dependent size ({node.target})"
+    if devices.get("cpu") and not devices.get("cuda"):
+        yield "the graph computes on the CPU (CUDA graphs capture CUDA work only)"
+    elif devices.get("cpu"):
+        yield f"{devices['cpu']} op(s) on the CPU"
+
+
+def _dedupe(items: list) -> list:
+    return list(dict.fromkeys(items))
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text.strip() else text
+
+
+def _text(e: BaseException) -> str:
+    return f"{type(e).__name__}: {_first_line(str(e))}"[:300]

@@ -1,0 +1,396 @@
+"""CUDA graphs for the stitched callable (hybrid_trt/cudagraphs.py): ``mode="reduce-overhead"`` and
+``options={"cuda_graphs": True}``.
+
+CPU parts run everywhere: option and mode handling, capture-safety declarations, the uncapturable op's tag, the
+report, and that data-dependent parts (the LiDAR example) are named as outside any graph. The CUDA parts run on
+a GPU machine with onnxruntime-gpu (CUDA provider): replay after new inputs, shape changes, two models
+alternating, a user stream, output lifetime as Inductor's ``reduce-overhead`` has it, segments around a delegate
+that is not capture-safe, and every model matching eager with graphs on.
+"""
+import pytest
+import torch
+
+import hybrid_trt
+from hybrid_trt import cudagraphs
+from hybrid_trt.delegates import get_delegate
+from hybrid_trt.engines.op import delegate as delegate_op
+from hybrid_trt.engines.runtime import PartitionRuntime
+
+from _helpers import assert_close
+from examples.models import build
+
+
+def _small_resnet():
+    from examples.models import _randomize_bn, resnet18
+    return _randomize_bn(resnet18(num_classes=10, width=8)).eval()
+
+
+# ---------------------------------------------------------------------------------------------- options, modes
+
+
+def test_reduce_overhead_mode_sets_cuda_graphs():
+    assert cudagraphs.options_with_mode(None, "reduce-overhead") == {"cuda_graphs": True}
+    assert cudagraphs.options_with_mode({"min_block_size": 2}, "reduce-overhead") == {
+        "min_block_size": 2, "cuda_graphs": True}
+    assert cudagraphs.options_with_mode(hybrid_trt.Options(), "reduce-overhead").cuda_graphs is True
+    assert cudagraphs.options_with_mode({"x": 1}, None) == {"x": 1}
+    assert cudagraphs.options_with_mode({"x": 1}, "default") == {"x": 1}
+
+
+@pytest.mark.parametrize("mode", ["max-autotune", "max-autotune-no-cudagraphs", "turbo"])
+def test_other_modes_are_rejected_with_a_reason(mode):
+    with pytest.raises(ValueError, match=f"mode={mode!r}"):
+        cudagraphs.options_with_mode(None, mode)
+
+
+def test_mode_contradicting_options_is_an_error():
+    with pytest.raises(ValueError, match="cuda_graphs=False"):
+        cudagraphs.options_with_mode({"cuda_graphs": False}, "reduce-overhead")
+
+
+def test_cuda_graphs_option_validated_and_read_from_environment():
+    assert hybrid_trt.make_options({"cuda_graphs": True}).cuda_graphs is True
+    assert hybrid_trt.make_options({}, environ={"HYBRID_TRT_CUDA_GRAPHS": "1"}).cuda_graphs is True
+    assert hybrid_trt.make_options({}).cuda_graphs is False
+    with pytest.raises(ValueError, match="cuda_graphs"):
+        hybrid_trt.make_options({"cuda_graphs": "sometimes"})
+
+
+def test_inductor_config_only_when_asked():
+    assert cudagraphs.inductor_config(hybrid_trt.make_options({})) == {}
+    patch = cudagraphs.inductor_config(hybrid_trt.make_options({"cuda_graphs": True}))
+    assert patch["triton.cudagraphs"] is True
+    assert patch.get("graph_partition", True) is True
+
+
+def test_torch_compile_mode_reaches_the_backend_and_is_reported():
+    """torch.compile passes mode= to the backend (it used to be rejected); on CPU nothing is captured and the
+    report says why. The compiled model still matches eager."""
+    model = _small_resnet()
+    x = torch.randn(1, 3, 32, 32)
+    with torch.no_grad():
+        expected = model(x)
+        got = torch.compile(model, backend="hybrid_trt", mode="reduce-overhead")(x)
+    assert_close(got, expected)
+    record = hybrid_trt.last_report().cuda_graphs
+    assert record is not None and record.status == "not captured" and record.segments == 0
+    assert any("on the CPU" in why for why in record.reasons), record.reasons
+    assert "CUDA graphs: not captured" in hybrid_trt.last_report().table()
+
+
+def test_max_autotune_mode_fails_the_compile_with_the_reason():
+    model = _small_resnet()
+    with torch.no_grad(), pytest.raises(Exception, match="does not autotune"):
+        torch.compile(model, backend="hybrid_trt", mode="max-autotune")(torch.randn(1, 3, 32, 32))
+
+
+def test_no_cuda_graph_record_without_the_option():
+    model = _small_resnet()
+    with torch.no_grad():
+        torch.compile(model, backend="hybrid_trt")(torch.randn(1, 3, 32, 32))
+    assert hybrid_trt.last_report().cuda_graphs is None
+
+
+# ---------------------------------------------------------------------------------------------- capture safety
+
+
+def test_capture_safety_declarations():
+    ort = get_delegate("onnxruntime")
+    cuda, cpu = torch.device("cuda", 0), torch.device("cpu")
+    opts = {"provider": "auto", "threads": 1, "use_tf32": False}
+    assert ort.capture_unsafe_reason(cuda, opts) is None  # CUDA provider on its stream joined by events
+    assert "CPU" in ort.capture_unsafe_reason(cpu, opts)
+    assert "CPU" in ort.capture_unsafe_reason(cuda, {**opts, "provider": "cpu"})
+    assert "TensorrtExecutionProvider" in ort.capture_unsafe_reason(cuda, {**opts, "provider": "tensorrt"})
+    trt = get_delegate("tensorrt")
+    assert trt.capture_unsafe_reason(cuda, {}) is None
+    assert trt.capture_unsafe_reason(cpu, {}) is not None
+
+    class Undeclared(type(ort).__mro__[1]):  # the Delegate base class, nothing overridden
+        name = "undeclared"
+
+        def unavailable_reason(self):
+            return None
+
+        def build(self, *a, **k):
+            raise NotImplementedError
+    assert "does not declare" in Undeclared().capture_unsafe_reason(cuda, {})
+
+
+def test_uncapturable_op_carries_the_cudagraph_unsafe_tag():
+    from torch._inductor.utils import is_cudagraph_unsafe_fx_node
+    assert torch.Tag.cudagraph_unsafe in cudagraphs.delegate_uncapturable.tags
+    assert torch.Tag.cudagraph_unsafe not in delegate_op.tags
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    safe = g.call_function(delegate_op, ("k1", [x], []))
+    unsafe = g.call_function(cudagraphs.delegate_uncapturable, ("k2", [x], []))
+    assert is_cudagraph_unsafe_fx_node(unsafe) and not is_cudagraph_unsafe_fx_node(safe)
+
+
+def test_plan_rewrites_only_uncapturable_partitions():
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    a = g.call_function(delegate_op, ("keep", [x], []))
+    b = g.call_function(delegate_op, ("move", [x], []))
+    g.output((a, b))
+    gm = torch.fx.GraphModule(torch.nn.Module(), g)
+    plan = cudagraphs.CapturePlan(enabled=True, uncapturable={"move": "declared unsafe"})
+    plan.apply(gm)
+    targets = {n.args[0]: n.target for n in gm.graph.nodes if n.op == "call_function"}
+    assert targets == {"keep": delegate_op, "move": cudagraphs.delegate_uncapturable}
+    reasons = list(cudagraphs.blockers(gm, plan))
+    assert any("declared unsafe" in r for r in reasons), reasons
+
+
+def test_cpu_partitions_are_planned_outside_graphs_and_run_correctly():
+    """With the option on and a CPU model, every delegated partition is called through the uncapturable op (the
+    ONNX Runtime CPU provider declares itself unsafe), and the model still matches eager."""
+    model, x = build("detector")
+    with torch.no_grad():
+        expected = model(x)
+        compiled = torch.compile(model, backend="hybrid_trt", options={"cuda_graphs": True})
+        got = compiled(x)
+        got_again = compiled(x)
+    assert_close(got, expected, rtol=1e-3, atol=1e-3)
+    assert_close(got_again, expected, rtol=1e-3, atol=1e-3)
+    report = hybrid_trt.last_report()
+    delegated = [p for p in report.partitions if p.status == "delegated"]
+    assert delegated, report.table()
+    for p in delegated:
+        assert any("outside CUDA graphs" in e and "CPU" in e for e in p.events), p.events
+    assert report.cuda_graphs.status == "not captured"
+
+
+# ---------------------------------------------------------------------------------------------- LiDAR example
+
+
+def test_lidar_data_dependent_parts_named_outside_graphs():
+    from examples import lidar_detector
+    model = lidar_detector.build_model("small")
+    feats, coords = lidar_detector.make_inputs("small", seed=0)
+    with torch.no_grad():
+        expected = model(feats, coords)
+        compiled = torch.compile(model, backend="hybrid_trt", fullgraph=True, options={"cuda_graphs": True})
+        got = compiled(feats, coords)
+    lidar_detector.compare_detections(expected, got, atol=1e-4, rtol=1e-4)
+    records = [r.cuda_graphs for r in hybrid_trt.reports() if r.cuda_graphs is not None]
+    assert records and all(r.status in ("not captured", "unknown (compiled graph served by Inductor's cache)")
+                           or "segment" in r.status for r in records)
+    reasons = [why for r in records for why in r.reasons]
+    assert any("data-dependent size" in why for why in reasons), reasons
+
+
+# ---------------------------------------------------------------------------------------------- CUDA
+
+
+def _ort_cuda() -> bool:
+    try:
+        import onnxruntime
+    except ImportError:
+        return False
+    return "CUDAExecutionProvider" in onnxruntime.get_available_providers()
+
+
+cuda_only = pytest.mark.skipif(not (torch.cuda.is_available() and _ort_cuda()),
+                               reason="needs a CUDA device and onnxruntime-gpu's CUDA provider")
+
+
+@pytest.fixture
+def no_tf32():
+    matmul, cudnn = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    yield
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = matmul, cudnn
+
+
+def _cuda_model(name="resnet18", dtype=torch.float32, batch=1):
+    if name == "resnet18":
+        model, x = _small_resnet(), torch.randn(batch, 3, 64, 64)
+    else:
+        model, x = build(name)
+        x = x.expand(batch, *x.shape[1:]).contiguous() if batch != x.shape[0] else x
+    return model.cuda().to(dtype), x.cuda().to(dtype)
+
+
+def _tol(dtype):
+    return (1e-3, 1e-3) if dtype == torch.float32 else (2e-2, 2e-2)
+
+
+def _count_runs(monkeypatch):
+    calls = []
+    original = PartitionRuntime.run
+
+    def counting(self, inputs, sizes):
+        calls.append(self.key)
+        return original(self, inputs, sizes)
+    monkeypatch.setattr(PartitionRuntime, "run", counting)
+    return calls
+
+
+@cuda_only
+def test_replay_after_new_inputs_runs_no_python_delegate_code(monkeypatch, no_tf32):
+    """The fully delegated model is captured whole: after the warm-up and the recording call, replays do not
+    enter the delegate's Python code at all, and each replay computes on the new input data."""
+    model, x = _cuda_model()
+    with torch.no_grad():
+        compiled = torch.compile(model, backend="hybrid_trt", mode="reduce-overhead")
+        compiled(x)
+        record = hybrid_trt.last_report().cuda_graphs
+        assert record.status == "captured whole", hybrid_trt.last_report().table()
+        calls = _count_runs(monkeypatch)
+        compiled(x)  # recording (or, on some versions, a second warm-up)
+        compiled(x)
+        before = len(calls)
+        for seed in range(4):
+            xi = torch.randn(x.shape, generator=torch.Generator().manual_seed(seed)).cuda()
+            got = compiled(xi).clone()
+            assert_close(got, model(xi), *_tol(torch.float32), what=f"replay {seed}")
+        assert len(calls) == before, "replays called the delegate in Python: the graph did not capture it"
+
+
+@cuda_only
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_shape_change(dynamic, no_tf32):
+    model, _ = _cuda_model()
+    with torch.no_grad():
+        compiled = torch.compile(model, backend="hybrid_trt", mode="reduce-overhead", dynamic=dynamic)
+        for batch in (2, 4, 2, 4, 3, 2):
+            x = torch.randn(batch, 3, 64, 64, device="cuda")
+            assert_close(compiled(x).clone(), model(x), *_tol(torch.float32), what=f"batch {batch}")
+
+
+@cuda_only
+def test_two_compiled_models_alternating(no_tf32):
+    a, xa = _cuda_model("resnet18")
+    b, xb = _cuda_model("detector")
+    with torch.no_grad():
+        ca = torch.compile(a, backend="hybrid_trt", mode="reduce-overhead")
+        cb = torch.compile(b, backend="hybrid_trt", mode="reduce-overhead")
+        for step in range(5):
+            xa_i, xb_i = xa + step, xb * (1 + 0.1 * step)
+            ya = ca(xa_i)
+            ya = ya.clone()
+            yb = [t.clone() for t in cb(xb_i)]
+            assert_close(ya, a(xa_i), *_tol(torch.float32), what=f"model a, step {step}")
+            assert_close(tuple(yb), tuple(b(xb_i)), *_tol(torch.float32), what=f"model b, step {step}")
+
+
+@cuda_only
+def test_user_stream(no_tf32):
+    model, x = _cuda_model()
+    stream = torch.cuda.Stream()
+    with torch.no_grad():
+        compiled = torch.compile(model, backend="hybrid_trt", mode="reduce-overhead")
+        expected = model(x)
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            outs = [compiled(x + i).clone() for i in range(4)]
+        torch.cuda.current_stream().wait_stream(stream)
+        for i, out in enumerate(outs):
+            assert_close(out, model(x + i), *_tol(torch.float32), what=f"call {i} on a user stream")
+        assert_close(compiled(x).clone(), expected, *_tol(torch.float32), what="back on the default stream")
+
+
+def _kept_output_behaviour(fn, x1, x2):
+    """What reading the first call's output after a second call gives: ('error', message) or ('value', tensor)."""
+    first = fn(x1)
+    fn(x2)
+    try:
+        return "value", first + 0
+    except RuntimeError as e:
+        return "error", str(e)
+
+
+@cuda_only
+def test_outputs_kept_across_calls_behave_like_inductor_reduce_overhead(no_tf32):
+    """The documented contract is Inductor's: an output lives in the graph's memory until the next replay
+    overwrites it (reading it then raises, or on versions that clone live outputs, it keeps its value);
+    ``.clone()`` keeps it. hybrid_trt must behave exactly as ``reduce-overhead`` does in the same process."""
+    model, x1 = _cuda_model()
+    x2 = x1 * -1.0
+    with torch.no_grad():
+        hybrid = torch.compile(model, backend="hybrid_trt", mode="reduce-overhead")
+        plain = torch.compile(_small_resnet().cuda(), mode="reduce-overhead")
+        for fn in (hybrid, plain):  # warm up and record, so the next calls are replays
+            for _ in range(3):
+                fn(x1)
+        kind_h, what_h = _kept_output_behaviour(hybrid, x1, x2)
+        kind_p, what_p = _kept_output_behaviour(plain, x1, x2)
+        assert kind_h == kind_p, (what_h, what_p)
+        if kind_h == "error":
+            assert "overwritten by a subsequent" in what_h, what_h
+        else:
+            assert_close(what_h, model(x1), *_tol(torch.float32))
+        kept = hybrid(x1).clone()
+        hybrid(x2)
+        assert_close(kept, model(x1), *_tol(torch.float32), what="cloned output")
+
+
+@cuda_only
+def test_partition_not_capture_safe_runs_between_segments(monkeypatch, no_tf32):
+    """A delegate that declares itself not capture-safe is called through the uncapturable op: Inductor captures
+    the parts around it, the report says so, and results match eager on every call."""
+    ort = get_delegate("onnxruntime")
+    monkeypatch.setattr(type(ort), "capture_unsafe_reason", lambda self, device, opts: "declared unsafe (test)")
+    model, x = _cuda_model("detector")
+    with torch.no_grad():
+        compiled = torch.compile(model, backend="hybrid_trt", options={"cuda_graphs": True})
+        for step in range(4):
+            xi = x * (1 + 0.1 * step)
+            assert_close(tuple(t.clone() for t in compiled(xi)), tuple(model(xi)), *_tol(torch.float32),
+                         what=f"call {step}")
+    report = hybrid_trt.last_report()
+    assert any("declared unsafe (test)" in why for why in report.cuda_graphs.reasons), report.table()
+    assert report.cuda_graphs.status != "captured whole", report.table()
+
+
+def _zoo():
+    models = [("resnet18", None), ("detector", None)]
+    try:
+        import torchvision  # noqa: F401
+        models += [("mobilenet_v3_large", "torchvision"), ("efficientnet_b0", "torchvision")]
+    except ImportError:
+        pass
+    return models
+
+
+@cuda_only
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
+@pytest.mark.parametrize("name,source", _zoo())
+def test_models_match_eager_with_graphs(name, source, dtype, no_tf32):
+    if source == "torchvision":
+        import torchvision
+        torch.manual_seed(0)
+        model = getattr(torchvision.models, name)(weights=None).eval().cuda().to(dtype)
+        x = torch.randn(2, 3, 224, 224, device="cuda", dtype=dtype)
+    else:
+        model, x = _cuda_model(name, dtype)
+    with torch.no_grad():
+        compiled = torch.compile(model, backend="hybrid_trt", mode="reduce-overhead")
+        for step in range(3):
+            xi = x * (1 + 0.05 * step)
+            out = compiled(xi)
+            out = tuple(t.clone() for t in out) if isinstance(out, (tuple, list)) else out.clone()
+            expected = model(xi)
+            expected = tuple(expected) if isinstance(expected, (tuple, list)) else expected
+            rtol, atol = _tol(dtype)
+            if source == "torchvision":  # logits of random deep nets: compare relative to their spread
+                atol = atol * float(expected.float().abs().max().clamp(min=1))
+            assert_close(out, expected, rtol, atol, what=f"{name} call {step}")
+    assert hybrid_trt.last_report().cuda_graphs.status != "not captured", hybrid_trt.last_report().table()
+
+
+@cuda_only
+def test_lidar_example_on_cuda_with_graphs():
+    """Data-dependent parts stay outside the graphs (reported), the rest may be captured, detections match."""
+    from examples import lidar_detector
+    model = lidar_detector.build_model("small").cuda()
+    with torch.no_grad():
+        compiled = torch.compile(model, backend="hybrid_trt", fullgraph=True, mode="reduce-overhead")
+        for seed in range(3):
+            feats, coords = lidar_detector.make_inputs("small", device="cuda", seed=seed)
+            got = tuple(t.clone() for t in compiled(feats, coords))
+            lidar_detector.compare_detections(model(feats, coords), got, atol=1e-3, rtol=1e-3)
+    reasons = [why for r in hybrid_trt.reports() if r.cuda_graphs for why in r.cuda_graphs.reasons]
+    assert any("data-dependent" in why or "unbacked" in why for why in reasons), reasons
