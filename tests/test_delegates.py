@@ -91,11 +91,6 @@ def test_options_from_reads_only_its_settings():
     assert delegate.options_from(make_options({"num_threads": 2}, environ={})) != base
 
 
-def _options_for(delegate, options):
-    # build() takes the delegate's own settings where the delegate reads them from the Options (options_from).
-    return delegate.options_from(options) if hasattr(delegate, "options_from") else options
-
-
 def test_sessions_do_not_spin():
     """ONNX Runtime's idle workers must not spin: they would take the cores that other models' sessions and
     Inductor's OpenMP threads need next (issue 7: two models on 2 cores ran at half speed)."""
@@ -120,9 +115,8 @@ unused = helper.make_tensor("unused", TensorProto.FLOAT, [1], [0.0])  # ONNX Run
 graph = helper.make_graph([helper.make_node("Gather", ["d", "i"], ["out"])], "g", [data, idx], [out], [unused])
 model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 delegate = get_delegate("onnxruntime")
-options = make_options(environ={})
-options = delegate.options_from(options) if hasattr(delegate, "options_from") else options
-engine = delegate.build(model, [torch.empty(2, 3)], torch.device("cpu"), options)
+settings = delegate.options_from(make_options(environ={}))
+engine = delegate.build(model, [torch.empty(2, 3)], torch.device("cpu"), settings)
 try:
     engine([torch.zeros(4, 3), torch.tensor([0, 7])])
     print("no error")

@@ -33,9 +33,9 @@ def _ort():
 # ONNX Runtime's thread pools spin between runs by default. In a process that runs several models per frame, or
 # Inductor's OpenMP kernels between two partitions, the spinning workers take the cores the next piece of work
 # needs (issue 7: two models on 2 cores took 125 ms back to back instead of ~62 ms). With spinning off, idle
-# workers block at once. On the 2-core machine this was faster than one thread pool shared by all sessions,
-# which still spins between runs and must be set up before ONNX Runtime's environment exists
-# (benchmarks/results/cpu_2core_multimodel.md).
+# workers block at once (benchmarks/results/cpu_2core_multimodel.md). Not one thread pool shared by all sessions
+# instead: it must be configured before ONNX Runtime's process-wide environment exists (the user or another
+# library may have created it already), and its workers would still spin against Inductor's OpenMP threads.
 _NO_SPINNING = {"session.intra_op.allow_spinning": "0", "session.inter_op.allow_spinning": "0"}
 
 
