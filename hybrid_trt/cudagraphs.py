@@ -227,6 +227,8 @@ def blockers(gm: fx.GraphModule, plan: CapturePlan):
     from torch._inductor.utils import is_cudagraph_unsafe_fx_node
     from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
     devices: dict = {}  # device type -> ops producing tensors there
+    sources: dict = {}  # op -> nodes of it that produce data-dependent (unbacked) sizes
+    users_of_unbacked = 0
     for node in gm.graph.nodes:
         if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
             continue
@@ -238,8 +240,13 @@ def blockers(gm: fx.GraphModule, plan: CapturePlan):
             yield f"partition {node.args[0][:12]}: {plan.uncapturable.get(node.args[0], 'not capture-safe')}"
         elif is_cudagraph_unsafe_fx_node(node):
             yield f"{node.name}: {node.target} is cudagraph-unsafe"
+        elif node.meta.get("unbacked_bindings"):
+            sources[str(node.target)] = sources.get(str(node.target), 0) + 1
         elif val is not None and free_unbacked_symbols(val):
-            yield f"{node.name}: data-dependent size ({node.target})"
+            users_of_unbacked += 1
+    if sources:
+        made = ", ".join(f"{op} x{n}" for op, n in sources.items())
+        yield f"data-dependent sizes from {made}; {users_of_unbacked} more op(s) on such sizes"
     if devices.get("cpu") and not devices.get("cuda"):
         yield "the graph computes on the CPU (CUDA graphs capture CUDA work only)"
     elif devices.get("cpu"):

@@ -1,0 +1,398 @@
+"""CUDA graphs on the GPU: hybrid_trt with ``mode="reduce-overhead"`` against Inductor's and ONNX Runtime's.
+
+    python benchmarks/bench_cudagraphs.py --out cg.md [--budget-s 400] [--models resnet18,detector,...]
+                                          [--configs fp16:1,fp32:1,fp16:16,fp32:16] [--no-lidar]
+
+Per model, dtype and batch, in one process: eager, Inductor, Inductor ``reduce-overhead``, hybrid_trt, hybrid_trt
+with CUDA graphs, ONNX Runtime on the whole model (CUDA provider) and the same with its own CUDA graph
+(``enable_cuda_graph``; exported with torch.onnx, the row says so where export or the graph fails). Each callable
+is checked against eager, then all are timed in interleaved rounds (median wall time per call, synchronised).
+TF32 is off everywhere (ONNX Runtime's ``use_tf32`` too). No max-autotune anywhere.
+
+Robust and bounded: the tasks run in a child process that prints one JSON row per task; a crash loses only the
+task it happened in (the parent starts a new child for the rest), and tasks are run in priority order (all
+models at fp16 batch 1 first, then the LiDAR example end to end, then the other configurations) while the time
+budget lasts; the rest are listed as not run. The table is rewritten after every row.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+MODELS = ("resnet18", "detector", "resnet50", "mobilenet_v3_large", "efficientnet_b0", "convnext_tiny")
+CONFIGS = ("fp16:1", "fp32:1", "fp16:16", "fp32:16")
+VARIANTS = ("eager", "inductor", "inductor_ro", "hybrid", "hybrid_cg", "ort", "ort_cg")
+LABELS = {"eager": "eager", "inductor": "Inductor", "inductor_ro": "Inductor r-o", "hybrid": "hybrid",
+          "hybrid_cg": "hybrid CG", "ort": "ORT", "ort_cg": "ORT CG"}
+
+
+# ---------------------------------------------------------------------------------------------- child
+
+
+def _model(name: str, dtype, batch: int):
+    import torch
+    from examples.models import EXAMPLES, build
+    if name in EXAMPLES:
+        model, x = build(name)
+        x = x.expand(batch, *x.shape[1:]).contiguous()
+    else:
+        import torchvision
+        torch.manual_seed(0)
+        model, x = torchvision.models.get_model(name, weights=None).eval(), torch.randn(batch, 3, 224, 224)
+    return model.cuda().to(dtype), x.cuda().to(dtype)
+
+
+def _outputs(out) -> list:
+    return list(out) if isinstance(out, (tuple, list)) else [out]
+
+
+def _rel_err(name: str, got, ref) -> float:
+    """Max abs error over the outputs relative to the reference's largest magnitude. The detector's top-k may
+    order near-equal peaks differently, so its scores are compared sorted and its boxes are left out."""
+    got, ref = _outputs(got), _outputs(ref)
+    if name == "detector":
+        got, ref = [got[1].sort(-1).values], [ref[1].sort(-1).values]
+    worst = 0.0
+    for g, r in zip(got, ref):
+        scale = max(float(r.double().abs().max()), 1.0)
+        worst = max(worst, float((g.double() - r.double()).abs().max()) / scale)
+    return worst
+
+
+def _ort_session(x, ref, cuda_graph: bool, onnx_path: str):
+    """ONNX Runtime (CUDA provider) on the whole exported model, IO-bound to static device buffers, on a stream
+    of its own ordered after torch's (an event, no host sync); with ``cuda_graph`` its own CUDA graph."""
+    import numpy as np
+    import onnxruntime as ort
+    import torch
+    stream = torch.cuda.Stream()
+    opts = {"device_id": str(torch.cuda.current_device()), "use_tf32": "0",
+            "user_compute_stream": str(stream.cuda_stream)}
+    if cuda_graph:
+        opts["enable_cuda_graph"] = "1"
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(onnx_path, so, providers=[("CUDAExecutionProvider", opts)])
+    if sess.get_providers()[0] != "CUDAExecutionProvider":
+        raise RuntimeError(f"session providers {sess.get_providers()}")
+    np_dtype = {torch.float32: np.float32, torch.float16: np.float16, torch.int64: np.int64,
+                torch.int32: np.int32, torch.bool: np.bool_}
+    x_static = x.clone()
+    outs = [torch.empty_like(r) for r in _outputs(ref)]
+    binding = sess.io_binding()
+    inp = sess.get_inputs()[0]
+    binding.bind_input(inp.name, "cuda", torch.cuda.current_device(), np_dtype[x.dtype], list(x.shape),
+                       x_static.data_ptr())
+    for o, t in zip(sess.get_outputs(), outs):
+        binding.bind_output(o.name, "cuda", torch.cuda.current_device(), np_dtype[t.dtype], list(t.shape),
+                            t.data_ptr())
+    caller = torch.cuda.current_stream()
+
+    def run(inp_tensor):
+        x_static.copy_(inp_tensor)
+        stream.wait_stream(caller)
+        sess.run_with_iobinding(binding)  # ends with ONNX Runtime's own stream sync
+        return tuple(outs) if len(outs) > 1 else outs[0]
+    return run
+
+
+def _export(model, x, path: str) -> str:
+    import torch
+    errors = []
+    for dynamo in (False, True):
+        try:
+            torch.onnx.export(model, (x,), path, dynamo=dynamo, opset_version=17 if not dynamo else None)
+            return "torchscript exporter" if not dynamo else "dynamo exporter"
+        except Exception as e:  # noqa: BLE001 - try the other exporter
+            errors.append(f"dynamo={dynamo}: {type(e).__name__}: {str(e).splitlines()[0][:120]}")
+    raise RuntimeError("torch.onnx.export failed: " + "; ".join(errors))
+
+
+def _variant(v: str, model, x, ref, workdir: str):
+    import torch
+    import hybrid_trt  # noqa: F401
+    if v == "eager":
+        return model
+    if v == "inductor":
+        return torch.compile(model, backend="inductor")
+    if v == "inductor_ro":
+        return torch.compile(model, backend="inductor", mode="reduce-overhead")
+    if v == "hybrid":
+        return torch.compile(model, backend="hybrid_trt")
+    if v == "hybrid_cg":
+        return torch.compile(model, backend="hybrid_trt", mode="reduce-overhead")
+    if v in ("ort", "ort_cg"):
+        path = os.path.join(workdir, "whole.onnx")
+        if not os.path.exists(path):
+            _export(model, x, path)
+        return _ort_session(x, ref, v == "ort_cg", path)
+    raise ValueError(v)
+
+
+def _time(fns: dict, rounds: int, iters: int, warmup: int = 5) -> dict:
+    import torch
+    times = {k: [] for k in fns}
+    for f in fns.values():
+        for _ in range(warmup):
+            f()
+    torch.cuda.synchronize()
+    for _ in range(rounds):
+        for k, f in fns.items():
+            for _ in range(iters):
+                t0 = time.perf_counter()
+                f()
+                torch.cuda.synchronize()
+                times[k].append(time.perf_counter() - t0)
+    return {k: statistics.median(v) * 1e3 for k, v in times.items()}
+
+
+def _run_task(task: dict, args) -> dict:
+    import torch
+    import hybrid_trt
+    if task["model"] == "lidar":
+        return _run_lidar(task, args)
+    dtype = {"fp16": torch.float16, "fp32": torch.float32}[task["dtype"]]
+    row = dict(task, ms={}, err={}, compile_s={}, errors={})
+    workdir = tempfile.mkdtemp(prefix="bench-cg-")
+    with torch.no_grad():
+        model, x = _model(task["model"], dtype, task["batch"])
+        ref = model(x)
+        fns = {}
+        for v in args.variants:
+            try:
+                torch.compiler.cudagraph_mark_step_begin()
+                fn = _variant(v, model, x, ref, workdir)
+                t0 = time.perf_counter()
+                out = fn(x)
+                torch.cuda.synchronize()
+                row["compile_s"][v] = round(time.perf_counter() - t0, 1)
+                row["err"][v] = _rel_err(task["model"], out, ref)
+                fns[v] = (lambda f: (lambda: f(x)))(fn)
+                if v in ("hybrid", "hybrid_cg"):
+                    rep = hybrid_trt.last_report()
+                    print(rep.table(), file=sys.stderr, flush=True)
+                    row[f"{v}_partitions"] = sum(p.status == "delegated" for p in rep.partitions)
+                    if v == "hybrid_cg" and rep.cuda_graphs is not None:
+                        row["cuda_graphs"] = rep.cuda_graphs.status
+                        row["cuda_graph_reasons"] = rep.cuda_graphs.reasons[:3]
+            except Exception as e:  # noqa: BLE001 - the row records it, the run goes on
+                row["errors"][v] = f"{type(e).__name__}: {' '.join(str(e).split())[:160]}"
+                traceback.print_exc()
+        try:
+            row["ms"] = _time(fns, args.rounds, args.iters)
+        except Exception as e:  # noqa: BLE001
+            row["errors"]["timing"] = f"{type(e).__name__}: {' '.join(str(e).split())[:160]}"
+            traceback.print_exc()
+    return row
+
+
+def _run_lidar(task: dict, args) -> dict:
+    """The LiDAR example end to end (realistic config, fp16): data-dependent sparse parts stay out of graphs."""
+    import torch
+    import hybrid_trt
+    from examples import lidar_detector
+    torch._dynamo.config.capture_dynamic_output_shape_ops = True
+    row = dict(task, ms={}, err={}, compile_s={}, errors={})
+    model = lidar_detector.build_model("realistic").to("cuda", torch.float16)
+    feats, coords = lidar_detector.make_inputs("realistic", "cuda", torch.float16, seed=0)
+    fns = {}
+    with torch.inference_mode():
+        expected = model(feats, coords)
+        for v in ("eager", "inductor", "inductor_ro", "hybrid", "hybrid_cg"):
+            try:
+                backend = "hybrid_trt" if v.startswith("hybrid") else "inductor"
+                mode = "reduce-overhead" if v.endswith(("_ro", "_cg")) else None
+                fn = model if v == "eager" else torch.compile(model, backend=backend, mode=mode, fullgraph=True)
+                t0 = time.perf_counter()
+                out = fn(feats, coords)
+                torch.cuda.synchronize()
+                row["compile_s"][v] = round(time.perf_counter() - t0, 1)
+                try:
+                    lidar_detector.compare_detections(expected, out, atol=2e-2, rtol=2e-2)
+                    row["err"][v] = 0.0
+                except AssertionError as e:
+                    row["errors"][v] = f"detections differ: {' '.join(str(e).split())[:120]}"
+                if v == "hybrid_cg" and hybrid_trt.last_report().cuda_graphs is not None:
+                    row["cuda_graphs"] = hybrid_trt.last_report().cuda_graphs.status
+                    row["cuda_graph_reasons"] = hybrid_trt.last_report().cuda_graphs.reasons[:3]
+                fns[v] = (lambda f: (lambda: f(feats, coords)))(fn)
+            except Exception as e:  # noqa: BLE001
+                row["errors"][v] = f"{type(e).__name__}: {' '.join(str(e).split())[:160]}"
+                traceback.print_exc()
+        row["ms"] = _time(fns, args.rounds, max(args.iters // 2, 5), warmup=3)
+    return row
+
+
+def child(args) -> None:
+    import gc
+    import torch
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    os.environ.setdefault("HYBRID_TRT_CACHE_DIR", tempfile.mkdtemp(prefix="bench-cg-store-"))
+    tasks = json.loads(args.tasks)
+    longest = 0.0
+    for task in tasks:
+        if time.time() + longest > args.deadline:
+            print("ROW " + json.dumps(dict(task, skipped="time budget")), flush=True)
+            continue
+        print("START " + json.dumps(task), flush=True)
+        t0 = time.time()
+        try:
+            row = _run_task(task, args)
+        except Exception as e:  # noqa: BLE001
+            traceback.print_exc()
+            row = dict(task, errors={"task": f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"})
+        row["task_s"] = round(time.time() - t0, 1)
+        longest = max(longest, time.time() - t0)
+        print("ROW " + json.dumps(row), flush=True)
+        torch._dynamo.reset()
+        gc.collect()
+        torch.cuda.empty_cache()
+
+
+# ---------------------------------------------------------------------------------------------- parent
+
+
+def _tasks(models, configs, lidar: bool) -> list:
+    tasks = []
+    for k, cfg in enumerate(configs):
+        dtype, batch = cfg.split(":")
+        tasks += [{"model": m, "dtype": dtype, "batch": int(batch)} for m in models]
+        if k == 0 and lidar:
+            tasks.append({"model": "lidar", "dtype": "fp16", "batch": 1})
+    return tasks
+
+
+def _fmt(ms):
+    return f"{ms:.3f}" if isinstance(ms, (int, float)) else "-"
+
+
+def _ratio(a, b):
+    return f"{a / b:.2f}" if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b > 0 else "-"
+
+
+def to_markdown(rows: list, header: str, variants) -> str:
+    lines = [header, "",
+             "| model | dtype | batch | " + " | ".join(f"{LABELS[v]} ms" for v in variants)
+             + " | hybrid CG / Inductor r-o | hybrid CG / ORT CG | CUDA graphs (hybrid) | max rel err "
+               "(hybrid CG, ORT CG) | compile s (hybrid CG) |",
+             "|" + "---|" * (len(variants) + 8)]
+    notes = []
+    for r in rows:
+        label = f"| {r['model']} | {r['dtype']} | {r['batch']} |"
+        if r.get("skipped"):
+            lines.append(label + f" not run: {r['skipped']} |")
+            continue
+        ms = r.get("ms", {})
+        err = r.get("err", {})
+        lines.append(
+            label + " " + " | ".join(_fmt(ms.get(v)) for v in variants)
+            + f" | {_ratio(ms.get('hybrid_cg'), ms.get('inductor_ro'))} | {_ratio(ms.get('hybrid_cg'), ms.get('ort_cg'))}"
+            + f" | {r.get('cuda_graphs', '-')} | {err.get('hybrid_cg', float('nan')):.1e}, "
+              f"{err.get('ort_cg', float('nan')):.1e} | {r.get('compile_s', {}).get('hybrid_cg', '-')} |")
+        for v, e in r.get("errors", {}).items():
+            notes.append(f"- {r['model']} {r['dtype']} b{r['batch']} {LABELS.get(v, v)}: {e}")
+        for why in r.get("cuda_graph_reasons", []):
+            notes.append(f"- {r['model']} {r['dtype']} b{r['batch']} hybrid CG not whole: {why}")
+    if notes:
+        lines += ["", "Notes (errors, and why hybrid's capture was not whole):", *notes]
+    return "\n".join(lines) + "\n"
+
+
+def _header() -> str:
+    import subprocess as sp
+    code = ("import torch, onnxruntime as o; print(torch.cuda.get_device_name(), '| torch', torch.__version__, "
+            "'| onnxruntime', o.__version__, o.get_available_providers())")
+    machine = sp.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip()
+    commit = sp.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    return (f"Machine: {machine}; commit {commit}; {time.strftime('%Y-%m-%d')}. Median wall ms per call with "
+            "torch.cuda.synchronize(), interleaved rounds in one process; TF32 off; max rel err = max abs error "
+            "vs eager / max |eager output|.")
+
+
+def parent(args) -> None:
+    tasks = _tasks(args.models.split(","), args.configs.split(","), not args.no_lidar)
+    deadline = time.time() + args.budget_s
+    header = _header()
+    rows: dict = {}
+    pending = list(tasks)
+
+    def write():
+        ordered = [rows.get(json.dumps(t, sort_keys=True), dict(t, skipped="time budget")) for t in tasks]
+        text = to_markdown(ordered, header, args.variants)
+        if args.out:
+            with open(args.out, "w") as f:
+                f.write(text)
+        return text
+
+    while pending and time.time() < deadline:
+        cmd = [sys.executable, os.path.abspath(__file__), "--child", "--tasks", json.dumps(pending),
+               "--deadline", str(deadline), "--rounds", str(args.rounds), "--iters", str(args.iters),
+               "--variants", ",".join(args.variants)]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=ROOT)
+        killed = []
+        watchdog = threading.Timer(max(deadline + args.grace_s - time.time(), 1.0),
+                                   lambda: (killed.append(True), proc.kill()))
+        watchdog.start()
+        current = None
+        try:
+            for line in proc.stdout:
+                if line.startswith("START "):
+                    current = json.loads(line[6:])
+                elif line.startswith("ROW "):
+                    row = json.loads(line[4:])
+                    key = json.dumps({k: row[k] for k in ("model", "dtype", "batch")}, sort_keys=True)
+                    rows[key] = row
+                    pending = [t for t in pending if json.dumps(t, sort_keys=True) != key]
+                    current = None
+                    print(write().splitlines()[-1] if not row.get("skipped") else f"skipped {key}", flush=True)
+        finally:
+            proc.wait()
+            watchdog.cancel()
+        if current is not None:  # the child died inside a task: record it, go on with the rest
+            key = json.dumps(current, sort_keys=True)
+            why = "killed: over the time budget" if killed else f"child process died (exit {proc.returncode})"
+            rows[key] = dict(current, errors={"task": why})
+            pending = [t for t in pending if json.dumps(t, sort_keys=True) != key]
+    print(write())
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out")
+    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--configs", default=",".join(CONFIGS), help="dtype:batch, in priority order")
+    ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--no-lidar", action="store_true")
+    ap.add_argument("--budget-s", type=float, default=400.0, help="no new task starts after this")
+    ap.add_argument("--grace-s", type=float, default=45.0, help="a task still running this long after the "
+                                                                "budget is killed")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--tasks", help=argparse.SUPPRESS)
+    ap.add_argument("--deadline", type=float, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    args.variants = [v for v in args.variants.split(",") if v]
+    unknown = set(args.variants) - set(VARIANTS)
+    if unknown:
+        ap.error(f"unknown variants {sorted(unknown)}; valid: {VARIANTS}")
+    if args.child:
+        child(args)
+    else:
+        parent(args)
+
+
+if __name__ == "__main__":
+    main()
