@@ -22,7 +22,8 @@ def _run(key, inputs, sizes):
     runtime = _LIVE.get(key)
     if runtime is None:
         runtime = REGISTRY.resolve(key)
-    return runtime.run(inputs, sizes)
+    # AOTInductor's proxy executor (an exported package) passes an empty SymInt[] as None.
+    return runtime.run(inputs, sizes if sizes is not None else ())
 
 
 def _fake(key, inputs, sizes):
