@@ -27,6 +27,7 @@ class PartitionReport:
     status: str = "delegated"  # delegated | fell back to Inductor
     engines: list = dataclasses.field(default_factory=list)  # EngineRecord
     events: list = dataclasses.field(default_factory=list)  # fallbacks, bound reached, ...
+    key: Optional[str] = None  # content key the stitched graph calls it by (engines/key.py)
 
     @property
     def build_seconds(self) -> float:

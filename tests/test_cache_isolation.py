@@ -1,35 +1,47 @@
-"""Inductor's on-disk caches must neither hand a plain-Inductor result to hybrid_trt nor store hybrid graphs
-(whose delegate handles are process-local) for plain Inductor to pick up."""
+"""Inductor's on-disk caches are on for hybrid_trt, and a hybrid graph and a plain-Inductor graph of the same
+model are never served each other's entry. Each compile runs in a fresh process (tests/cache_child.py) against
+shared, initially empty TORCHINDUCTOR_CACHE_DIR and hybrid_trt cache directories, like a restarted service."""
+import json
 import os
+import pathlib
 import subprocess
 import sys
-import textwrap
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CHILD = pathlib.Path(__file__).with_name("cache_child.py")
 
 
-def test_inductor_cache_does_not_shadow_hybrid(tmp_path):
-    code = textwrap.dedent(f"""
-        import sys, torch
-        sys.path.insert(0, {ROOT!r})
-        import hybrid_trt
-        from examples.models import build
-        model, x = build("transformer", small=True)
-        with torch.no_grad():
-            ref = model(x)
-            torch.compile(model, backend="inductor")(x)        # fills the caches for this graph
-            torch._dynamo.reset()
-            out = torch.compile(model, backend="hybrid_trt")(x)
-            rep = hybrid_trt.last_report()
-            assert rep.delegated_op_count > 0, rep.table()
-            torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
-            torch._dynamo.reset()
-            plain = torch.compile(model, backend="inductor")(x)  # must not pick up a hybrid graph
-            torch.testing.assert_close(plain, ref, rtol=1e-4, atol=1e-4)
-        print("delegated", rep.delegated_op_count)
-    """)
+def run_child(tmp_path, backend: str, model: str) -> dict:
     env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"),
-               TORCHINDUCTOR_FX_GRAPH_CACHE="1", TORCHINDUCTOR_AUTOGRAD_CACHE="1")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "delegated" in proc.stdout
+               HYBRID_TRT_CACHE_DIR=str(tmp_path / "hybrid_trt"))
+    for name in ("TORCHINDUCTOR_FX_GRAPH_CACHE", "TORCHINDUCTOR_AUTOGRAD_CACHE", "TORCHINDUCTOR_FORCE_DISABLE_CACHES",
+                 "HYBRID_TRT_CACHE"):
+        env.pop(name, None)  # the defaults are under test
+    proc = subprocess.run([sys.executable, str(CHILD), backend, model], capture_output=True, text=True, env=env,
+                          timeout=900, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    line = next(line for line in proc.stdout.splitlines() if line.startswith("RESULT "))
+    return json.loads(line[len("RESULT "):])
+
+
+def _delegated(result) -> list:
+    return [p for p in result["partitions"] if p["status"] == "delegated"]
+
+
+def test_plain_inductor_first_then_hybrid_still_delegates(tmp_path):
+    plain = run_child(tmp_path, "inductor", "transformer")
+    assert plain["matches"] and plain["aot_cache"].get("autograd_cache_saved") == 1, plain
+    hybrid = run_child(tmp_path, "hybrid_trt", "transformer")
+    assert hybrid["matches"], hybrid
+    assert _delegated(hybrid) and hybrid["delegate_calls"] > 0, hybrid["tables"]
+    assert hybrid["from_inductor_cache"] == [False], hybrid["tables"]
+    assert "autograd_cache_hit" not in hybrid["aot_cache"], hybrid["aot_cache"]
+
+
+def test_hybrid_first_then_plain_inductor_calls_no_delegate(tmp_path):
+    hybrid = run_child(tmp_path, "hybrid_trt", "transformer")
+    assert hybrid["matches"] and _delegated(hybrid), hybrid["tables"]
+    assert hybrid["aot_cache"].get("autograd_cache_saved") == 1, hybrid["aot_cache"]  # the caches are on
+    plain = run_child(tmp_path, "inductor", "transformer")
+    assert plain["matches"], plain
+    assert plain["delegate_calls"] == 0, plain
+    assert "autograd_cache_hit" not in plain["aot_cache"] and "fxgraph_cache_hit" not in plain["fx_cache"], plain

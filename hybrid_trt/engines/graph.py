@@ -105,7 +105,7 @@ class GraphCache:
             rt = keys.get(id(p))
             row = dataclasses.asdict(p)
             row.pop("engines")
-            row["key"] = None if rt is None or p.status != "delegated" else rt.key
+            row["key"] = None if rt is None or p.status != "delegated" else rt.key  # what the graph calls
             row["device"] = None if rt is None else str(rt.device)
             rows.append(row)
         manifest = {"format": _FORMAT, "salt": self.salt, "partitions": rows,
@@ -130,7 +130,7 @@ def open_graph(store: EngineStore, key: str, policy: Policy) -> GraphCache:
         return fresh
     runtimes, partitions = {}, []
     for row in rows:
-        content_key, device = row.pop("key"), row.pop("device")
+        content_key, device = row["key"], row.pop("device")
         report = PartitionReport(**row)
         partitions.append(report)
         if content_key is None:

@@ -142,6 +142,7 @@ def prepare_runtime(*, name: str, module: fx.GraphModule, delegate: str, delegat
                      environment=env)
     if symbolic:
         key = _digest("symbolic", key, n_sizes)
+    report.key = key
     if loaded and key in loaded:
         runtime = loaded[key]
         report.engines.extend(runtime.report.engines)
@@ -180,6 +181,7 @@ def load_runtime(key: str, store: EngineStore, device: Optional[torch.device], p
         logger.info("hybrid_trt: engine cache entry %s was written under another environment; not loaded", key)
         return None
     report = report or PartitionReport(index=-1, delegate=meta["delegate"], **meta.get("summary", {}))
+    report.key = key
     runtime = PartitionRuntime(key, name, meta["delegate"], meta["delegate_options"], device, policy, report,
                                meta["kind"] == "symbolic", store, recipe=entry.files[RECIPE])
     if meta["kind"] == "static":
@@ -278,14 +280,14 @@ class PartitionRuntime:
                     built.append(self._build_engine(model, out_metas, signature))
             engine = built[-1]
         self._set_static(engine, out_metas)
-        self._record(signature, "built", time.perf_counter() - t0, lower_s)
+        self._record(signature, "built", lower_s + time.perf_counter() - t0, lower_s)
 
     def load_static(self, entry: Entry, lower_s: float = 0.0, t0: Optional[float] = None) -> None:
         t0 = time.perf_counter() if t0 is None else t0
         out_metas = _metas_from_json(entry.meta["outputs"])
         engine = self._load_engine(entry, out_metas)
         self._set_static(engine, out_metas)
-        self._record(entry.meta["signature"], "loaded", time.perf_counter() - t0, lower_s)
+        self._record(entry.meta["signature"], "loaded", lower_s + time.perf_counter() - t0, lower_s)
 
     def store_recipe(self, env: dict) -> None:
         """A symbolic partition's recipe, so a fresh process can build or load its per-shape engines."""

@@ -1,0 +1,43 @@
+"""Warm starts: a second process with the same cache directories builds nothing (every engine loaded, Inductor's
+compiled graph from its cache) and matches eager; the same model written with other Python names gets the same
+content keys; and a compiled graph in Inductor's cache whose engines left the store is never used."""
+import shutil
+
+from test_cache_isolation import run_child
+
+
+def _sources(result) -> list:
+    return [src for p in result["partitions"] for src in p["engines"]]
+
+
+def test_warm_start_builds_nothing_and_renamed_model_has_the_same_keys(tmp_path):
+    cold = run_child(tmp_path, "hybrid_trt", "detector")
+    assert cold["matches"] and cold["partitions"], cold["tables"]
+    assert _sources(cold) and set(_sources(cold)) == {"built"}, cold["tables"]
+
+    warm = run_child(tmp_path, "hybrid_trt", "detector")
+    assert warm["matches"], warm["tables"]
+    assert warm["from_inductor_cache"] == [True], warm["tables"]
+    assert warm["aot_cache"].get("autograd_cache_hit") == 1, warm["aot_cache"]
+    assert set(_sources(warm)) == {"loaded"} and len(_sources(warm)) == len(_sources(cold)), warm["tables"]
+    assert all(s >= 0 for p in warm["partitions"] for s in p["seconds"])
+    assert "loaded in" in "\n".join(warm["tables"]) and "built" not in "\n".join(warm["tables"])
+    assert [p["key"] for p in warm["partitions"]] == [p["key"] for p in cold["partitions"]]
+    assert warm["delegate_calls"] > 0
+
+
+def test_renamed_model_gets_the_same_keys_and_engines_gone_means_no_stale_graph(tmp_path):
+    first = run_child(tmp_path, "hybrid_trt", "transformer")
+    assert first["aot_cache"].get("autograd_cache_saved") == 1
+    renamed = run_child(tmp_path, "hybrid_trt", "renamed")  # other variable and attribute names, same weights
+    assert first["matches"] and renamed["matches"]
+    keys = [p["key"] for p in first["partitions"]]
+    assert keys and all(keys) and [p["key"] for p in renamed["partitions"]] == keys, renamed["tables"]
+    assert set(_sources(renamed)) == {"loaded"}, renamed["tables"]  # engines found by content
+
+    for key in keys:  # evicted or deleted; Inductor's compiled graph calling them is still in its cache
+        shutil.rmtree(tmp_path / "hybrid_trt" / "v1" / key[:2] / key)
+    again = run_child(tmp_path, "hybrid_trt", "transformer")
+    assert again["matches"] and again["from_inductor_cache"] == [False], again["tables"]
+    assert "autograd_cache_hit" not in again["aot_cache"], again["aot_cache"]
+    assert set(_sources(again)) == {"built"}, again["tables"]
