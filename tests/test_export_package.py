@@ -9,6 +9,8 @@ import zipfile
 import pytest
 import torch
 
+import hybrid_trt
+
 from hybrid_trt.engines.key import environment
 from hybrid_trt.export import cli
 from hybrid_trt.export import package as pkg
@@ -160,3 +162,27 @@ def test_every_command_has_help(capsys):
             cli.main(command + ["--help"])
         assert e.value.code == 0
         assert "usage: hybrid-trt" in capsys.readouterr().out
+
+
+def test_both_front_ends_give_the_partitioner_the_same_graph():
+    """torch.export and Dynamo + AOTAutograd hand the middle passes the same ops: same partitions, same ops
+    per partition, same ops left to Inductor (the detector splits at atan2)."""
+    from examples.models import build
+    from hybrid_trt.backend import _hybrid_graph
+    from hybrid_trt.capture.exported import capture_export
+    from hybrid_trt.engines.runtime import Policy
+    from hybrid_trt.engines.store import EngineStore
+    from hybrid_trt.report import new_report
+
+    model, x = build("detector", small=True)
+    options = {"cache": False}
+    with torch.no_grad():
+        torch.compile(model, backend="hybrid_trt", options=options)(x)
+    dynamo = hybrid_trt.last_report()
+    capture = capture_export(model, (x,))
+    exported = new_report()
+    _hybrid_graph(capture.gm, capture.weights, len(capture.inputs), hybrid_trt.make_options(options), exported,
+                  EngineStore(None), Policy(), {})
+    assert [p.ops for p in exported.partitions] == [p.ops for p in dynamo.partitions]
+    assert sorted(op.op for op in exported.inductor_ops) == sorted(op.op for op in dynamo.inductor_ops)
+    assert dynamo.partitions and "aten.atan2.default" in {op.op for op in dynamo.inductor_ops}

@@ -56,6 +56,7 @@ def capture_export(model: torch.nn.Module, args: tuple, kwargs: Optional[dict] =
             f"({', '.join(sorted(str(s.target) for s in mutated))}); an exported package runs a pure function of "
             "its inputs. Move the state update out of forward (or keep it in eager PyTorch).")
     _drop_metadata_asserts(program.graph_module)
+    _route_interpolate(program.graph_module)
     placeholders = [n for n in program.graph_module.graph.nodes if n.op == "placeholder"]
     tensors = {**program.state_dict, **program.constants}
     weights, user_inputs, names = {}, [], []
@@ -80,4 +81,31 @@ def _drop_metadata_asserts(gm: fx.GraphModule) -> None:
     for node in asserts:
         gm.graph.erase_node(node)
     if asserts:
+        gm.recompile()
+
+
+def _route_interpolate(gm: fx.GraphModule) -> None:
+    """``F.interpolate`` reaches torch.export's IR as ``upsample_*2d.vec``; the Dynamo front end routes it
+    through ``hybrid_trt::interpolate`` (capture/preserve.py), and so does this one, so both hand the partitioner
+    the same op (Inductor gets it decomposed back in either case)."""
+    from .preserve import interpolate  # noqa: F401  (defines torch.ops.hybrid_trt.interpolate)
+    aten = torch.ops.aten
+    changed = False
+    for node in gm.graph.nodes:
+        if node.target is aten.upsample_nearest2d.vec:
+            x, size, scales = (list(node.args) + [None] * 3)[:3]
+            mode, align = "nearest", None
+        elif node.target is aten.upsample_bilinear2d.vec:
+            x, size, align, scales = (list(node.args) + [None] * 4)[:4]
+            mode = "bilinear"
+        else:
+            continue
+        if any(isinstance(v, fx.Node) for v in list(size or []) + list(scales or [])):
+            continue  # symbolic output sizes: hybrid_trt::interpolate takes concrete ones, as in preserve.py
+        node.target = torch.ops.hybrid_trt.interpolate.default
+        node.args = (x, None if size is None else list(size), None if scales is None else [float(v) for v in scales],
+                     mode, align)
+        node.kwargs = {}
+        changed = True
+    if changed:
         gm.recompile()
