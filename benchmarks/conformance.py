@@ -231,10 +231,10 @@ def _compare_detections(out, ref, tol: float) -> dict:
         if set(d) != set(r):
             return {**worst, "problem": f"image {img}: keys {sorted(d)} vs eager {sorted(r)}"}
         for k in r:
-            problem = None if d[k].dtype == r[k].dtype else f"{k} dtype {d[k].dtype} vs eager {r[k].dtype}"
-            if problem or d[k].shape[1:] != r[k].shape[1:] or len(d[k]) != len(r[k]):
-                worst["problem"] = f"image {img}: {problem or f'{k} shape {tuple(d[k].shape)} vs eager {tuple(r[k].shape)}'}"
-                return worst
+            if d[k].dtype != r[k].dtype:
+                return {**worst, "problem": f"image {img}: {k} dtype {d[k].dtype} vs eager {r[k].dtype}"}
+            if d[k].shape != r[k].shape:
+                return {**worst, "problem": f"image {img}: {k} shape {tuple(d[k].shape)} vs eager {tuple(r[k].shape)}"}
         n = len(r["scores"])
         box_scale = float(r["boxes"].abs().max()) if n else 1.0
         unused = list(range(n))
@@ -329,6 +329,9 @@ def run_worker(name: str, device: str, dtype_name: str, latency_s: float) -> dic
         except Exception as e:
             res["inductor_error"] = _error(e)
 
+        _collect_reports(res, hybrid_trt.reports()[n_reports:])
+        res["warnings"] = list(warnings.messages)
+        print(MARKER + json.dumps(res), flush=True)  # kept if the time limit strikes while timing
         _stage("latency")
         res["latency_ms"] = _latency(fns, args, sync, latency_s)
     # Events recorded after the first calls (fallbacks at run time) are in the same report objects.
@@ -376,21 +379,20 @@ def _collect_reports(res: dict, reports: list) -> None:
 
 
 def _latency(fns: dict, args, sync, budget_s: float) -> dict:
-    """Median ms per variant; rounds alternate the variants until the budget is spent (at least 5 samples)."""
-    for fn in fns.values():  # warm-up
-        for _ in range(2):
-            fn(*args)
+    """Median ms per variant; rounds call each variant once, in turn, until the budget is spent (at least 3
+    rounds, at most 300), so a load change on the machine hits every variant alike."""
+    for fn in fns.values():  # warm-up (the compiled variants already ran twice)
+        fn(*args)
     sync()
     times = {v: [] for v in fns}
     t_end = time.perf_counter() + budget_s
     rounds = 0
-    while rounds < 5 or (time.perf_counter() < t_end and rounds < 200):
+    while rounds < 3 or (time.perf_counter() < t_end and rounds < 300):
         for v, fn in fns.items():
-            for _ in range(3):
-                t0 = time.perf_counter()
-                fn(*args)
-                sync()
-                times[v].append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            fn(*args)
+            sync()
+            times[v].append(time.perf_counter() - t0)
         rounds += 1
     return {v: statistics.median(s) * 1e3 for v, s in times.items()}
 
@@ -405,24 +407,26 @@ def run_model(case: Case, args, log_dir: str) -> dict:
     with open(log_path, "w") as log:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, start_new_session=True,
                                 cwd=ROOT)
+        timed_out = False
         try:
             stdout, _ = proc.communicate(timeout=args.timeout)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-            stdout = None
+            stdout, _ = proc.communicate()
+            timed_out = True
     seconds = time.perf_counter() - t0
     row = {"model": case.name, "device": args.device, "dtype": args.dtype, "input": case.input,
            "seconds": seconds, "log": log_path}
     stage = _last_stage(log_path)
-    if stdout is None:
-        row["fatal"] = f"time limit {args.timeout:.0f} s reached during: {stage}"
-        return row
     line = next((ln for ln in reversed(stdout.splitlines()) if ln.startswith(MARKER)), None)
-    if line is None:
+    if line is not None:  # the worker's last word: complete, or everything up to the latency stage
+        row.update(json.loads(line[len(MARKER):]))
+    if timed_out and line is not None:
+        row["latency_note"] = f"not timed: time limit {args.timeout:.0f} s reached during {stage}"
+    elif timed_out:
+        row["fatal"] = f"time limit {args.timeout:.0f} s reached during: {stage}"
+    elif line is None or proc.returncode != 0:
         row["fatal"] = f"worker exited with code {proc.returncode} during: {stage}; {_tail(log_path)}"
-        return row
-    row.update(json.loads(line[len(MARKER):]))
     return row
 
 
@@ -458,6 +462,8 @@ def verdict(row: dict) -> tuple[str, str]:
                                      + notes)
     lat = row.get("latency_ms", {})
     status = "fallback" if runtime_fallbacks else "ok"
+    if "latency_note" in row:
+        notes.append(row["latency_note"])
     hy, ea, it = lat.get("hybrid_trt"), lat.get("eager"), lat.get("inductor")
     if hy and ea and it and hy > ea and hy > it:
         top = ", ".join(f"{why} ({n})" for why, n in row["reasons"][:2]) or "none"
@@ -574,7 +580,7 @@ def main():
           flush=True)
     header = [f"# Conformance: {args.device}, {args.dtype}", "",
               f"- machine: {desc}", f"- versions: {versions()}", f"- commit: {commit()}",
-              f"- run: {datetime.datetime.now().strftime('%Y-%m-%d %H:%M')}, `{' '.join(sys.argv[1:]) or '(defaults)'}`",
+              f"- run: {datetime.datetime.now():%Y-%m-%d %H:%M}, `{' '.join(sys.argv[1:]) or '(defaults)'}`",
               f"- match: rel err = max |hybrid - eager| / max |eager| per output leaf, tolerance "
               f"{TOLERANCE[args.dtype]:g} or 2x Inductor's own error; detections compared as sets",
               "- latency: median ms, eager / Inductor / hybrid_trt timed in interleaved rounds in one process; "
