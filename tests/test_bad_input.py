@@ -65,7 +65,11 @@ def _delegated(graphs_before: int) -> int:
 
 
 # -- shapes, dtypes, devices ------------------------------------------------------------------------------------
-def test_other_batch_sizes_recompile_and_match():
+def _fallbacks(caplog) -> list:
+    return [r.getMessage() for r in caplog.records if r.name == "hybrid_trt" and "falls back" in r.getMessage()]
+
+
+def test_other_batch_sizes_recompile_and_match(hybrid_logs):
     model = _model(ConvNet)
     before = len(hybrid_trt.reports())
     with torch.no_grad():
@@ -74,6 +78,7 @@ def test_other_batch_sizes_recompile_and_match():
             x = torch.randn(batch, 3, 16, 16)
             assert_close(fast(x), model(x), what=f"batch {batch}")
     assert _delegated(before) > 0, "the first graph should delegate; else this test checks Inductor alone"
+    assert not _fallbacks(hybrid_logs)  # new batch sizes get engines of their own, not Inductor
 
 
 def test_other_ranks_recompile_and_match():
@@ -213,7 +218,7 @@ def test_nan_and_inf_inputs_match_eager(fn):
 
 # -- concurrency and grad modes -----------------------------------------------------------------------------------
 @pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
-def test_two_threads_share_one_compiled_model(dynamic):
+def test_two_threads_share_one_compiled_model(dynamic, hybrid_logs):
     model = _model(ConvNet)
     # dynamic: each thread calls with its own batch size, so engines for new shapes are built while the other
     # thread runs (static: both threads run the one engine at the same time).
@@ -240,6 +245,7 @@ def test_two_threads_share_one_compiled_model(dynamic):
         th.join(timeout=300)
     assert not any(th.is_alive() for th in threads), "a thread hung"
     assert not errors, errors[0]
+    assert not _fallbacks(hybrid_logs)
 
 
 def test_inference_mode_behaves_as_no_grad():
