@@ -1,12 +1,23 @@
 """Latency and cold-compile benchmark: eager vs Inductor (freezing) vs ONNX Runtime whole model vs hybrid_trt.
 
     .venv/bin/python benchmarks/bench_models.py [--models resnet18,detector,transformer] [--out FILE]
+    .venv/bin/python benchmarks/bench_models.py --frame resnet18,detector,transformer [--out FILE]
+
+``--models`` also takes torchvision classifier names (e.g. ``convnext_tiny``, random weights, 1x3x224x224).
 
 Latency: all four callables live in one process and are timed in interleaved rounds, so a load change on the
 machine hits every variant alike; the ratios are taken within that one run. Cold compile: each variant is
 compiled in a fresh subprocess with Inductor's on-disk caches pointed at an empty directory.
 Per-call cost hybrid adds: hybrid latency minus the time of the raw ONNX Runtime sessions it calls
 (``run_with_iobinding`` on pre-bound buffers), divided by the number of partitions.
+
+Multi-model frame (``--frame``): a perception process runs several models per frame. Each variant's models are
+timed alone (one model called repeatedly) and together (all models back to back, one frame per sample), in
+rounds that alternate the variants; per round the frame time is paired with the sum of the alone times, and the
+table reports medians.
+
+In both modes ``hybrid_trt_spinning`` is hybrid_trt with ONNX Runtime's thread spinning left on (the behaviour
+before issue 7), compiled in the same process, so the effect of the session options is measured in one run.
 """
 from __future__ import annotations
 
@@ -25,14 +36,14 @@ sys.path.insert(0, ROOT)
 
 THREADS = 2
 VARIANTS = ("eager", "inductor_freezing", "onnxruntime_whole", "hybrid_trt")
+TIMED_VARIANTS = VARIANTS + ("hybrid_trt_spinning",)
 
 
 def _make(variant: str, name: str):
     """Returns (callable, model, x). Compilation happens on the first call."""
     import torch
-    from examples.models import build
     torch.set_num_threads(THREADS)
-    model, x = build(name)
+    model, x = _build(name)
     if variant == "eager":
         return model, model, x
     if variant == "inductor_freezing":
@@ -40,9 +51,46 @@ def _make(variant: str, name: str):
     if variant == "hybrid_trt":
         import hybrid_trt  # noqa: F401
         return torch.compile(model, backend="hybrid_trt", options={"num_threads": THREADS}), model, x
+    if variant == "hybrid_trt_spinning":
+        import hybrid_trt  # noqa: F401
+        # provider "cpu" runs exactly as "auto" does on CPU, but is part of the engine key: without it this
+        # variant's partitions would share hybrid_trt's engines (one runtime per content key in a process).
+        fn = torch.compile(model, backend="hybrid_trt",
+                           options={"num_threads": THREADS, "onnxruntime_provider": "cpu"})
+        return _compiled_with_spinning(fn), model, x
     if variant == "onnxruntime_whole":
         return _ort_whole(model, x), model, x
     raise ValueError(variant)
+
+
+def _build(name: str):
+    """An example model of this repository, or a torchvision classifier by name (random weights)."""
+    from examples.models import EXAMPLES, build
+    if name in EXAMPLES:
+        return build(name)
+    import torch
+    import torchvision
+    torch.manual_seed(0)
+    return torchvision.models.get_model(name, weights=None).eval(), torch.randn(1, 3, 224, 224)
+
+
+def _compiled_with_spinning(fn):
+    """``fn`` whose engines (built at its first call) keep ONNX Runtime's default thread spinning."""
+    from hybrid_trt.delegates import onnxruntime_delegate as ortd
+    state = {"built": False}
+
+    def run(x):
+        if state["built"]:
+            return fn(x)
+        saved = ortd._NO_SPINNING
+        ortd._NO_SPINNING = {}
+        try:
+            out = fn(x)
+        finally:
+            ortd._NO_SPINNING = saved
+        state["built"] = True
+        return out
+    return run
 
 
 def _ort_whole(model, x):
@@ -95,11 +143,12 @@ def _max_err(a, b) -> float:
 
 def latency(name: str, rounds: int, iters: int) -> dict:
     import torch
-    from hybrid_trt.stitch.delegate_op import _RUNTIMES
+    from hybrid_trt.engines.runtime import REGISTRY
+    _RUNTIMES = REGISTRY.live  # content key -> live partition runtime
     torch.set_num_threads(THREADS)
     fns, errors, results = {}, {}, {}
     with torch.no_grad():
-        for v in VARIANTS:
+        for v in TIMED_VARIANTS:
             before = set(_RUNTIMES.keys())
             try:
                 fn, model, x = _make(v, name)
@@ -127,6 +176,77 @@ def latency(name: str, rounds: int, iters: int) -> dict:
         results["hybrid_trt"]["raw_session_ms"] = raw["ms"]
         results["hybrid_trt"]["partitions"] = raw["partitions"]
     return results
+
+
+def frame_latency(names: list, rounds: int, iters: int) -> dict:
+    """Per variant: median ms of each model alone, of the frame (all models back to back), and the median over
+    rounds of frame / sum of alone (paired within each round)."""
+    import torch
+    torch.set_num_threads(THREADS)
+    fns, errors = {}, {}
+    with torch.no_grad():
+        for v in TIMED_VARIANTS:
+            try:
+                made = []
+                for name in names:
+                    fn, model, x = _make(v, name)
+                    err = _max_err(fn(x), model(x))
+                    made.append((fn, x))
+                    errors[(v, name)] = err
+                fns[v] = made
+            except Exception as e:  # a variant that cannot run a model is reported, not hidden
+                errors[(v, "error")] = f"{type(e).__name__}: {str(e)[:160]}"
+        alone = {(v, i): [] for v in fns for i in range(len(names))}
+        frame = {v: [] for v in fns}
+        paired = {v: [] for v in fns}
+        order = list(fns)
+        for r in range(rounds):
+            for v in order[r % len(order):] + order[:r % len(order)]:  # rotate who goes first
+                time.sleep(0.05)  # let the previous variant's worker threads go idle
+                round_alone = []
+                for i, (fn, x) in enumerate(fns[v]):
+                    fn(x)
+                    samples = []
+                    for _ in range(iters):
+                        t0 = time.perf_counter()
+                        fn(x)
+                        samples.append(time.perf_counter() - t0)
+                    alone[(v, i)] += samples
+                    round_alone.append(statistics.median(samples))
+                samples = []
+                for _ in range(iters):
+                    t0 = time.perf_counter()
+                    for fn, x in fns[v]:
+                        fn(x)
+                    samples.append(time.perf_counter() - t0)
+                frame[v] += samples
+                paired[v].append(statistics.median(samples) / sum(round_alone))
+    out = {"names": names, "errors": errors, "variants": {}}
+    for v in fns:
+        out["variants"][v] = {"alone_ms": [statistics.median(alone[(v, i)]) * 1e3 for i in range(len(names))],
+                              "frame_ms": statistics.median(frame[v]) * 1e3,
+                              "frame_over_alone": statistics.median(paired[v])}
+    return out
+
+
+def _frame_table(res: dict) -> list:
+    names, vs = res["names"], res["variants"]
+    ind = vs.get("inductor_freezing", {}).get("frame_ms")
+    ort = vs.get("onnxruntime_whole", {}).get("frame_ms")
+    rows = [f"### frame: {' + '.join(names)}", "",
+            "| variant | " + " | ".join(f"{n} alone ms" for n in names) + " | sum alone ms | frame ms | "
+            "frame / sum alone | frame vs Inductor | frame vs ORT whole | max abs err |",
+            "|---|" + "---|" * (len(names) + 6)]
+    for v, r in vs.items():
+        errs = max(res["errors"][(v, n)] for n in names)
+        rows.append(f"| {v} | " + " | ".join(f"{a:.2f}" for a in r["alone_ms"]) + f" | {sum(r['alone_ms']):.2f} | "
+                    f"{r['frame_ms']:.2f} | {r['frame_over_alone']:.2f} | "
+                    + (f"{r['frame_ms'] / ind:.2f}" if ind else "-") + " | "
+                    + (f"{r['frame_ms'] / ort:.2f}" if ort else "-") + f" | {errs:.1e} |")
+    for (v, n), e in res["errors"].items():
+        if n == "error":
+            rows.append(f"| {v} | {e} |" + " |" * (len(names) + 5))
+    return rows + [""]
 
 
 def _raw_session_ms(runtimes, n: int) -> dict:
@@ -185,10 +305,14 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--skip-cold", action="store_true")
+    ap.add_argument("--frame", default=None, help="comma-separated models run back to back per frame")
     ap.add_argument("--out", default=None, help="write the markdown table here too")
     args = ap.parse_args()
     lines = [f"Machine: {machine()}", ""]
-    for name in args.models.split(","):
+    if args.frame:
+        print(f"[bench] frame {args.frame} ...", file=sys.stderr, flush=True)
+        lines += _frame_table(frame_latency(args.frame.split(","), args.rounds, args.iters))
+    for name in ([] if args.frame else args.models.split(",")):
         print(f"[bench] {name}: latency ...", file=sys.stderr, flush=True)
         lat = latency(name, args.rounds, args.iters)
         cold = {}
@@ -213,7 +337,7 @@ def _table(name, lat, cold) -> list:
             "| variant | median ms | vs eager | vs Inductor (freezing) | vs ORT whole | cold compile s | "
             "cold vs Inductor | max abs err |",
             "|---|---|---|---|---|---|---|---|"]
-    for v in VARIANTS:
+    for v in TIMED_VARIANTS:
         r = lat.get(v, {})
         if "median_ms" not in r:
             rows.append(f"| {v} | {r.get('error', 'n/a')} | | | | | | |")
