@@ -30,6 +30,8 @@ def _write_package(root: pathlib.Path) -> pathlib.Path:
     torch.save({"inputs": [torch.ones(2)], "outputs": [torch.ones(2)]}, root / pkg.REFERENCE / "case_0.pt")
     manifest = {
         "device": "cpu",
+        "versions": pkg.current_versions(["onnxruntime"], "cpu"),
+        "gpu_arch": pkg.current_arch("cpu"),
         "environment": {"onnxruntime": environment("onnxruntime", "cpu")},
         "inputs": [{"name": "x", "dtype": "float32", "dynamic_dims": []}],
         "shapes": [[[2]]],
@@ -86,6 +88,23 @@ def test_edited_versions_are_an_environment_failure(package):
     check = pkg.check_environment(pkg.open_package(package))
     assert check.passed is False and check.exit_code == pkg.EXIT_CODES["environment"]
     assert "torch: package '2.0.0', this machine" in check.detail
+
+
+@pytest.mark.parametrize("field,value", [("onnxruntime", "0.0.1"), ("torch", "2.0.0"), ("cuda", "99.0")])
+def test_edited_versions_section_is_an_environment_failure(package, field, value):
+    manifest = json.loads((package / pkg.MANIFEST).read_text())
+    manifest["versions"][field] = value
+    (package / pkg.MANIFEST).write_text(json.dumps(manifest))
+    check = pkg.check_environment(pkg.open_package(package))
+    assert check.passed is False and f"{field}: package {value!r}, this machine" in check.detail
+
+
+def test_other_gpu_architecture_is_an_environment_failure(package):
+    manifest = json.loads((package / pkg.MANIFEST).read_text())
+    manifest["gpu_arch"] = "sm_90"
+    (package / pkg.MANIFEST).write_text(json.dumps(manifest))
+    check = pkg.check_environment(pkg.open_package(package))
+    assert check.passed is False and "gpu_arch: package 'sm_90', this machine 'cpu'" in check.detail
 
 
 def test_verify_command_exit_codes_differ_per_failure(package, capsys):

@@ -281,8 +281,8 @@ def _manifest(capture, cases, names, opts, report, partitions, references, runti
         "export_seconds": round(seconds, 3),
         "hybrid_trt": __version__,
         "device": str(device),
-        "versions": _versions(env),
-        "gpu_arch": next((e["gpu_arch"] for e in env.values()), _gpu_arch(device)),
+        "versions": pkg.current_versions(delegates, device),
+        "gpu_arch": pkg.current_arch(device),
         "environment": env,
         "options": pkg.jsonable(dataclasses.asdict(opts)),
         "inputs": [{"name": n, "dtype": str(t.dtype).replace("torch.", ""),
@@ -296,25 +296,6 @@ def _manifest(capture, cases, names, opts, report, partitions, references, runti
         "report": pkg.jsonable(report.to_dict()),
         "report_text": report.table(),
     }
-
-
-def _versions(env: dict) -> dict:
-    import onnx
-    out = {"hybrid_trt": None, "torch": torch.__version__, "onnx": onnx.__version__, "cuda": torch.version.cuda}
-    from .. import __version__
-    out["hybrid_trt"] = __version__
-    for e in env.values():
-        name, _, version = e.get("library", "").partition(" ")
-        if name:
-            out[name] = version
-    return out
-
-
-def _gpu_arch(device: torch.device) -> str:
-    if device.type == "cuda":
-        major, minor = torch.cuda.get_device_capability(device)
-        return f"sm_{major}{minor}"
-    return "cpu"
 
 
 # ---------------------------------------------------------------------------------------------- inputs
@@ -521,7 +502,7 @@ def load(path, *, device=None) -> DeployedModel:
                 f"hybrid_trt package {package.source}: {part['name']} ({part['delegate']}) does not load here"
                 + (f": engines were built under another environment ({'; '.join(diffs)})" if diffs else "")
                 + ". Export the package again on a machine like this one.", "environment")
-        runtime.deploy_signatures = list(part["signatures"])
+        runtime.deploy_signatures = tuple(part["signatures"])
         runtimes.append(runtime)
     try:
         aoti = torch._inductor.aoti_load_package(str(package.aoti_path),

@@ -279,10 +279,44 @@ def environment_differences(manifest: dict, current: Callable[[str, str], dict])
     return list(dict.fromkeys(diffs))
 
 
+def current_versions(delegates, device) -> dict:
+    """Versions of what a package depends on, on this machine: hybrid_trt, torch (AOTInductor code), onnx,
+    CUDA and each delegate's library."""
+    import onnx
+    import torch
+    from .. import __version__
+    from ..engines.key import environment
+    out = {"hybrid_trt": __version__, "torch": torch.__version__, "onnx": onnx.__version__,
+           "cuda": str(torch.version.cuda)}
+    for delegate in sorted(delegates):
+        name, _, version = environment(delegate, device)["library"].partition(" ")
+        out[name] = version
+    return out
+
+
+def current_arch(device) -> str:
+    """The GPU compute capability of ``device`` ("sm_90"), or "cpu"."""
+    import torch
+    device = torch.device(device)
+    if device.type != "cuda":
+        return device.type
+    major, minor = torch.cuda.get_device_capability(device)
+    return f"sm_{major}{minor}"
+
+
+def _differences(label: str, package: dict, here: dict) -> list[str]:
+    return [f"{label}{field}: package {package.get(field)!r}, this machine {here.get(field)!r}"
+            for field in sorted(set(package) | set(here)) if package.get(field) != here.get(field)]
+
+
 def check_environment(package: Package) -> Check:
     from ..engines.key import environment
+    m = package.manifest
     try:
-        diffs = environment_differences(package.manifest, environment)
+        device = m.get("device", "cpu")
+        diffs = _differences("", m.get("versions", {}), current_versions(m["environment"], device))
+        diffs += _differences("", {"gpu_arch": m.get("gpu_arch")}, {"gpu_arch": current_arch(device)})
+        diffs += [d for d in environment_differences(m, environment) if d not in diffs]
     except Exception as e:  # noqa: BLE001 - e.g. a CUDA package on a machine without a GPU
         return Check("environment", False, f"cannot determine this machine's environment for "
                      f"{package.manifest.get('device')}: {type(e).__name__}: {e}")
