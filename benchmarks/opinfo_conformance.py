@@ -66,6 +66,7 @@ class SampleResult:
     detail: str = ""  # failure message, skip reason
     declined: tuple = ()  # capability-check reasons of the registered nodes left to Inductor
     delegated_ops: int = 0
+    has_nan: bool = False  # a float input holds NaN (ONNX Runtime's ArgMax/ReduceMax skip it; ATen propagates)
     description: str = ""  # the sample's shapes and arguments, to reproduce it
 
     def line(self) -> str:
@@ -184,11 +185,15 @@ def run_sample(op, sample, dtype, index: int) -> SampleResult:
     name, dname = opinfo_name(op), str(dtype).replace("torch.", "")
     result = SampleResult(name, dname, index, "skipped", description=_describe(sample))
     fn, tensors = _sample_callable(op, sample)
+    result.has_nan = any(t.is_floating_point() and bool(t.isnan().any()) for t in tensors)
     with _quiet():
         try:
             gm = capture(fn, tensors)
         except Exception as e:  # noqa: BLE001 - Dynamo would graph-break or fail on the same sample in eager
             result.detail = f"not traceable: {type(e).__name__}"
+            return result
+        if sum(n.op == "placeholder" for n in gm.graph.nodes) != len(tensors):
+            result.detail = "the graph lifts a tensor constant to an input"
             return result
         if not any(n.op == "call_function" and n.target in registered_targets() for n in gm.graph.nodes):
             result.detail = "reaches no registered op"

@@ -50,7 +50,10 @@ def lower_layer_norm(ctx, node):
 
 def _check_softmax(node):
     half_to_float = node.args[2]
-    return "half_to_float" if half_to_float else None
+    if half_to_float:
+        return "half_to_float"
+    x = node.args[0].meta.get("val")
+    return "0-d input (ONNX Softmax needs rank >= 1)" if isinstance(x, torch.Tensor) and x.dim() == 0 else None
 
 
 @lowering(aten._softmax.default, dtypes=FLOAT, check=_check_softmax)
