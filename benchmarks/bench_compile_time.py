@@ -1,0 +1,120 @@
+"""Compile time, cold and warm: each measurement is a fresh process.
+
+- cold: empty cache directories (Inductor's TORCHINDUCTOR_CACHE_DIR and hybrid_trt's cache_dir);
+- warm: a second process with the same directories (a restarted service, a rerun notebook).
+
+Inside each process: "compile" is from ``torch.compile(...)`` to the first output returned (Dynamo tracing,
+partitioning, lowering, engine builds or loads, Inductor or its caches, first run); "process" is from launching
+the interpreter to that first output (imports included). Then the per-call latency of the compiled model (median
+of timed calls), which must not change between a cold and a warm process: keys are resolved at compile time, a
+call costs one dict lookup per delegated partition.
+
+    .venv/bin/python benchmarks/bench_compile_time.py [--models resnet18,detector,lidar] [--repeats 1]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def child(name: str, backend: str, iters: int) -> None:
+    t_start = time.perf_counter()
+    import torch
+    sys.path.insert(0, str(ROOT))
+    import hybrid_trt
+    threads = int(os.environ.get("BENCH_THREADS", "2"))
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)  # the same weights in every process (some example layers use the global generator)
+    compile_kwargs = {}
+    if name == "lidar":
+        from examples.lidar_detector import build_model, make_inputs
+        model, inputs = build_model("small").eval(), make_inputs("small")
+        torch._dynamo.config.capture_dynamic_output_shape_ops = True  # strided sparse convs
+        compile_kwargs["fullgraph"] = True
+    else:
+        from examples.models import build
+        model, x = build(name)
+        inputs = (x,)
+    with torch.no_grad():
+        expected = model(*inputs)
+        t0 = time.perf_counter()
+        compiled = torch.compile(model, backend=backend, **compile_kwargs)
+        out = compiled(*inputs)
+        t1 = time.perf_counter()
+        times = []
+        for _ in range(iters):
+            s = time.perf_counter()
+            compiled(*inputs)
+            times.append(time.perf_counter() - s)
+    flat = lambda o: list(o) if isinstance(o, (tuple, list)) else [o]  # noqa: E731
+    ok = all(torch.allclose(a.float(), b.float(), rtol=1e-3, atol=1e-3) for a, b in zip(flat(out), flat(expected)))
+    result = {"compile_s": t1 - t0, "import_to_output_s": t1 - t_start, "call_ms": 1e3 * statistics.median(times),
+              "matches": ok, "wall_end": time.time()}
+    if backend == "hybrid_trt":
+        reports = hybrid_trt.reports()
+        engines = [e for r in reports for p in r.partitions for e in p.engines]
+        result.update(built=sum(e.source == "built" for e in engines), loaded=sum(e.source == "loaded" for e in engines),
+                      engine_s=sum(e.seconds for e in engines),
+                      from_inductor_cache=all(r.from_inductor_cache for r in reports))
+    print("RESULT " + json.dumps(result))
+
+
+def run(name: str, backend: str, dirs: pathlib.Path, iters: int, threads: int) -> dict:
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(dirs / "inductor"), HYBRID_TRT_CACHE_DIR=str(dirs / "hybrid"),
+               BENCH_THREADS=str(threads), OMP_NUM_THREADS=str(threads))
+    launch = time.time()
+    proc = subprocess.run([sys.executable, __file__, "--child", name, backend, str(iters)], env=env,
+                          capture_output=True, text=True, timeout=3600)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{name} {backend} failed:\n{proc.stderr[-4000:]}")
+    line = next(line for line in proc.stdout.splitlines() if line.startswith("RESULT "))
+    result = json.loads(line[len("RESULT "):])
+    result["process_s"] = result.pop("wall_end") - launch
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--models", default="resnet18,detector,lidar")
+    parser.add_argument("--iters", type=int, default=30)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--child", nargs=3)
+    args = parser.parse_args()
+    if args.child:
+        child(args.child[0], args.child[1], int(args.child[2]))
+        return
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from bench_models import machine
+    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True).stdout.strip()
+    print(f"Machine: {machine()}; commit {commit}; {args.threads} threads\n")
+    print("| model | backend | cold compile s | warm compile s | warm/cold | cold process s | warm process s | "
+          "engines cold -> warm | Inductor graph warm | call ms cold | call ms warm | matches |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for name in args.models.split(","):
+        for backend in ("hybrid_trt", "inductor"):
+            with tempfile.TemporaryDirectory(prefix="bench_compile_") as tmp:
+                iters = args.iters if name != "lidar" else max(3, args.iters // 6)  # ~2 s per call on CPU
+                cold = run(name, backend, pathlib.Path(tmp), iters, args.threads)
+                warm = run(name, backend, pathlib.Path(tmp), iters, args.threads)
+            engines = (f"built {cold['built']} -> loaded {warm['loaded']}, built {warm['built']}"
+                       if backend == "hybrid_trt" else "-")
+            cached = ("from cache" if warm.get("from_inductor_cache") else "compiled") if backend == "hybrid_trt" \
+                else "-"
+            print(f"| {name} | {backend} | {cold['compile_s']:.2f} | {warm['compile_s']:.2f} | "
+                  f"{warm['compile_s'] / cold['compile_s']:.0%} | {cold['process_s']:.2f} | {warm['process_s']:.2f} | "
+                  f"{engines} | {cached} | {cold['call_ms']:.2f} | {warm['call_ms']:.2f} | "
+                  f"{cold['matches'] and warm['matches']} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
