@@ -184,3 +184,40 @@ def test_plugin_variables_are_not_backend_options():
     assert opts.min_block_size == 4
     with pytest.raises(ValueError, match="HYBRID_TRT_SPARSE"):
         make_options({}, environ={"HYBRID_TRT_SPARSEAUTOTUNE": "0"})
+
+
+def test_cache_options_and_their_environment_variables(tmp_path, monkeypatch):
+    from hybrid_trt.engines.runtime import engine_store
+    opts = make_options(environ={})
+    assert opts.cache is True and opts.cache_dir is None and opts.cache_max_bytes == 2 << 30
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert engine_store(opts).root == tmp_path / "xdg" / "hybrid_trt"  # the default follows XDG
+    env = {"HYBRID_TRT_CACHE": "0", "HYBRID_TRT_CACHE_DIR": str(tmp_path / "c"), "HYBRID_TRT_CACHE_MAX_BYTES": "1000"}
+    opts = make_options(environ=env)
+    assert (opts.cache, opts.cache_dir, opts.cache_max_bytes) == (False, str(tmp_path / "c"), 1000)
+    assert engine_store(opts).root is None  # cache=False: nothing touches disk
+    on = make_options({"cache": True}, environ=env)
+    assert engine_store(on).root == tmp_path / "c" and engine_store(on).max_bytes == 1000
+    with pytest.raises(ValueError, match="cache_max_bytes"):
+        make_options({"cache_max_bytes": 0}, environ={})
+    with pytest.raises(ValueError, match="cache_dir"):
+        make_options({"cache_dir": 3}, environ={})
+
+
+def test_only_compiled_fields_enter_the_cache_tag():
+    base = make_options(environ={}).compiled_fields()
+    assert make_options({"print_report": True, "cache_dir": "/x", "cache_max_bytes": 5}, environ={}) \
+        .compiled_fields() == base
+    assert make_options({"min_block_size": 5}, environ={}).compiled_fields() != base
+
+
+def test_cache_off_compiles_without_touching_disk(tmp_path, monkeypatch):
+    monkeypatch.setenv("HYBRID_TRT_CACHE_DIR", str(tmp_path / "store"))
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2), torch.nn.Sigmoid())
+    x = torch.randn(3, 4)
+    with torch.no_grad():
+        out = torch.compile(model.eval(), backend="hybrid_trt", options={"cache": False})(x)
+        torch.testing.assert_close(out, model(x))
+    report = hybrid_trt.last_report()
+    assert report.partitions and [e.source for e in report.partitions[0].engines] == ["built"]
+    assert not (tmp_path / "store").exists()
