@@ -197,9 +197,12 @@ def test_verify_fails_with_its_own_message_and_code(packages, tmp_path, capsys):
     out = capsys.readouterr().out
     assert "version or architecture mismatch: library: package 'onnxruntime 0.0.1'" in out
 
-    # load refuses a damaged package before any engine is read
+    # load refuses a damaged package, and leaves it as it is (its engine store is read-only)
     with pytest.raises(pkg.PackageError, match="tampered"):
         hybrid_trt.load(flipped)
+    assert _engine_file(flipped).read_bytes() == bytes(data)
+    with pytest.raises(pkg.PackageError, match="missing"):
+        hybrid_trt.load(deleted)
 
 
 def test_inspect_and_bench(packages, capsys):

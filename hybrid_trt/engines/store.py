@@ -70,9 +70,12 @@ class _Corrupt(Exception):
 class EngineStore:
     """Engines on disk under ``root`` (None: disabled, nothing touches disk), at most ``max_bytes`` in all."""
 
-    def __init__(self, root: Optional[os.PathLike], max_bytes: int = DEFAULT_MAX_BYTES):
+    def __init__(self, root: Optional[os.PathLike], max_bytes: int = DEFAULT_MAX_BYTES, read_only: bool = False):
         self.root = None if root is None else pathlib.Path(root)
         self.max_bytes = int(max_bytes)
+        # read_only (an exported package, export/): entries are verified and served, never written, touched or
+        # removed; a bad entry reads as a miss
+        self.read_only = read_only
         self._warned: set[str] = set()
 
     # ------------------------------------------------------------------------------------------ public API
@@ -87,7 +90,7 @@ class EngineStore:
         for name in files:
             if name in (_META, _LAST_USED) or not _KEY.fullmatch(name):
                 raise ValueError(f"engine store: bad file name {name!r} (plain names, not {_META}/{_LAST_USED})")
-        if self.root is None:
+        if self.root is None or self.read_only:
             return None
         final = self._entry_dir(key)
         tmp = final.parent / f".tmp-{key}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
@@ -159,13 +162,17 @@ class EngineStore:
             self._discard(key, path, meta_bytes, "environment", "an engine cache entry written under another "
                           f"environment ({entry.meta.get('environment')})", locked)
             return None
-        _touch(path)
+        if not self.read_only:
+            _touch(path)
         return entry
 
     def _discard(self, key: str, path: pathlib.Path, seen_meta: Optional[bytes], kind: str, what: str,
                  locked: bool) -> None:
         """Remove a bad entry, unless it changed since it was read (another process replaced it) or another
         process holds its lock (that process finds it bad too and replaces it)."""
+        if self.read_only:
+            self._warn(kind, f"hybrid_trt: {what} at {path}; not loaded (read-only store, left as it is)")
+            return
         with contextlib.ExitStack() as stack:
             if not locked and not stack.enter_context(self._lock(key, blocking=False)):
                 return

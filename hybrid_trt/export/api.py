@@ -485,17 +485,16 @@ def load(path, *, device=None) -> DeployedModel:
     from ..engines.store import EngineStore
     t0 = time.perf_counter()
     package = pkg.open_package(path)
-    for check in pkg.check_files(package):
-        if not check.passed:
-            raise PackageError(f"hybrid_trt package {package.source}: {check.detail}", check.name)
+    _raise_on_damage(package, engines_checked_by_store=True)
     manifest = package.manifest
     device = _load_device(manifest, device)
-    store = EngineStore(package.engine_root, _NO_EVICTION)
+    store = EngineStore(package.engine_root, _NO_EVICTION, read_only=True)
     policy = Policy(strict=True, max_engines=0, deploy=True)
     runtimes = []
     for part in manifest["partitions"]:
         runtime = load_runtime(part["key"], store, device, policy, name=part["name"])
         if runtime is None:
+            _raise_on_damage(package)  # a tampered engine file (the store declined its entry)
             from ..engines.key import environment
             diffs = pkg.environment_differences(manifest, environment)
             raise PackageError(
@@ -505,9 +504,8 @@ def load(path, *, device=None) -> DeployedModel:
         runtime.deploy_signatures = tuple(part["signatures"])
         runtimes.append(runtime)
     try:
-        aoti = torch._inductor.aoti_load_package(str(package.aoti_path),
-                                                 device_index=device.index if device.type == "cuda" and
-                                                 device.index is not None else -1)
+        aoti = _load_aoti(package.aoti_path, device.index if device.type == "cuda" and device.index is not None
+                          else -1)
     except Exception as e:
         raise PackageError(f"hybrid_trt package {package.source}: the AOTInductor package does not load "
                            f"({type(e).__name__}: {e}); export it again with this torch version", "environment") \
@@ -515,6 +513,24 @@ def load(path, *, device=None) -> DeployedModel:
     logger.info("hybrid_trt: package %s loaded in %.3f s (%d partition(s))", package.source,
                 time.perf_counter() - t0, len(runtimes))
     return DeployedModel(package, aoti, runtimes, device)
+
+
+def _raise_on_damage(package: pkg.Package, engines_checked_by_store: bool = False) -> None:
+    for check in pkg.check_files(package, engines_checked_by_store):
+        if not check.passed:
+            raise PackageError(f"hybrid_trt package {package.source}: {check.detail}", check.name)
+
+
+def _load_aoti(path: pathlib.Path, device_index: int):
+    """``aoti_load_package`` without its diagnostic device check, which compiles C++ test programs to find the
+    CPU's vector ISA (tens of seconds on a first start with an empty Inductor cache): nothing is compiled on
+    the target, and the manifest's environment (CPU ISA flags included) is what ``verify`` checks."""
+    try:
+        from torch.export.pt2_archive._package import AOTICompiledModel
+        loader = torch._C._aoti.AOTIModelPackageLoader(str(path), "model", False, 1, device_index)
+    except (ImportError, AttributeError, TypeError):  # another torch: its public loader
+        return torch._inductor.aoti_load_package(str(path), device_index=device_index)
+    return AOTICompiledModel(loader)
 
 
 def _load_device(manifest: dict, device) -> torch.device:
