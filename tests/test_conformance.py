@@ -61,3 +61,21 @@ def test_model_matches_eager_without_fallback(case, caplog):
         left = {op.op for r in reports for op in r.inductor_ops}
         assert any("softmax" in op or "attention" in op for op in delegated_ops), delegated_ops
         assert not any("softmax" in op or "bmm" in op or "attention" in op for op in left), left
+
+
+def test_detection_comparison_accepts_only_swaps_among_ties_at_the_cutoff():
+    """The comparison the conformance checks rely on: order-free, a tie at the top-k cut may swap boxes, nothing
+    else may differ."""
+    boxes = torch.tensor([[0., 0., 10., 10.], [5., 5., 20., 20.], [1., 2., 3., 4.], [7., 7., 9., 9.]])
+    ref = [{"boxes": boxes[:3], "scores": torch.tensor([0.9, 0.5, 0.5]), "labels": torch.tensor([1, 2, 2])}]
+
+    def check(b, s, lab):
+        return conformance.compare([{"boxes": b, "scores": torch.tensor(s), "labels": torch.tensor(lab)}], ref,
+                                   TOLERANCE)["problem"]
+
+    assert check(boxes[[1, 0, 2]], [0.5, 0.9, 0.5], [2, 1, 2]) is None  # reordered
+    assert check(boxes[[0, 1, 3]], [0.9, 0.5, 0.5], [1, 2, 2]) is None  # another box of the tied cut-off score
+    assert check(boxes[[3, 1, 2]], [0.9, 0.5, 0.5], [1, 2, 2])          # the top box moved
+    assert check(boxes[[0, 1, 3]], [0.9, 0.5, 0.5], [1, 2, 3])          # a label changed
+    assert check(boxes[[0, 1, 2]], [0.9, 0.5, 0.49], [1, 2, 2])         # a score changed
+    assert check(boxes[:2], [0.9, 0.5], [1, 2])                         # a detection lost
