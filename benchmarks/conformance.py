@@ -577,6 +577,8 @@ def main():
                     help="start no model after this many minutes; the rest are listed as not run")
     ap.add_argument("--note", default="", help="a line for the results file (e.g. 'machine shared with ...')")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--update", action="store_true",
+                    help="keep the rows of models not run now from the results' .json beside --out (re-run a few)")
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -595,7 +597,7 @@ def main():
     print(f"[conformance] {len(cases)} models on {args.device} {args.dtype}; logs in {log_dir}", file=sys.stderr,
           flush=True)
     header = [f"# Conformance: {args.device}, {args.dtype}", "",
-              f"- machine: {desc}", f"- versions: {versions()}", f"- commit: {commit()}",
+              f"- machine: {desc}", f"- versions: {versions()}",
               f"- run: {datetime.datetime.now():%Y-%m-%d %H:%M}, `{' '.join(sys.argv[1:]) or '(defaults)'}`",
               f"- match: rel err = max |hybrid - eager| / max |eager| per output leaf, tolerance "
               f"{TOLERANCE[args.dtype]:g} or 2x Inductor's own error; detections compared as sets",
@@ -604,6 +606,8 @@ def main():
     if args.note:
         header.append(f"- note: {args.note}")
     rows, t_start = [], time.perf_counter()
+    kept = _load_rows(out_path, {c.name for c in cases}) if args.update else []
+    this_commit = commit()
     for i, case in enumerate(cases):
         if args.budget_min is not None and time.perf_counter() - t_start > args.budget_min * 60:
             rows.append({"model": case.name, "device": args.device, "dtype": args.dtype, "input": case.input,
@@ -611,18 +615,33 @@ def main():
             continue
         print(f"[conformance] {i + 1}/{len(cases)} {case.name} ...", file=sys.stderr, flush=True)
         row = run_model(case, args, log_dir)
+        row["commit"] = this_commit
         rows.append(row)
         status, why = verdict(row)
         print(f"[conformance] {i + 1}/{len(cases)} {case.name}: {status} in {row['seconds']:.0f} s"
               + (f" -- {why[:300]}" if why else ""), file=sys.stderr, flush=True)
-        _write(out_path, header, rows)  # after every model, so a killed run keeps what it did
-    _write(out_path, header, rows)
+        _write(out_path, header, kept + rows)  # after every model, so a killed run keeps what it did
+    _write(out_path, header, kept + rows)
     counts = Counter(verdict(r)[0] if not r.get("skipped") else "not run" for r in rows)
     print(f"[conformance] wrote {out_path}: " + ", ".join(f"{n} {s}" for s, n in counts.most_common()),
           file=sys.stderr)
 
 
+def _load_rows(out_path: str, replaced: set) -> list:
+    path = os.path.splitext(out_path)[0] + ".json"
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [r for r in json.load(f)["rows"] if r["model"] not in replaced and not r.get("skipped")]
+
+
 def _write(path: str, header: list, rows: list) -> None:
+    order = {c.name: i for i, c in enumerate(CASES)}
+    rows = sorted(rows, key=lambda r: order.get(r["model"], len(order)))
+    commits = Counter(r.get("commit", "?") for r in rows if not r.get("skipped"))
+    header = header[:3] + ["- commit: " + ", ".join(f"{c} ({n} models)" for c, n in commits.items())] + header[3:]
+    with open(os.path.splitext(path)[0] + ".json", "w") as f:
+        json.dump({"rows": rows}, f, indent=1)
     counts = Counter(verdict(r)[0] if not r.get("skipped") else "not run" for r in rows)
     summary = "- summary: " + ", ".join(f"{n} {s}" for s, n in counts.most_common())
     details = ["", "## Failures and fallbacks in full", ""]
