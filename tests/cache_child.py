@@ -3,7 +3,8 @@
 (TORCHINDUCTOR_CACHE_DIR, HYBRID_TRT_CACHE_DIR), so consecutive children share them like restarted services.
 
 MODEL ``transformer`` and ``detector`` are examples/models.py (small); ``renamed`` is the transformer block
-written again with other Python variable and attribute names (same weights)."""
+written again with other Python variable and attribute names (same weights); ``dynamic`` is the transformer
+compiled with dynamic=True and called with two batch sizes."""
 import json
 import pathlib
 import sys
@@ -41,7 +42,8 @@ class RenamedBlock(nn.Module):
 
 def main(backend: str, name: str) -> None:
     torch.manual_seed(0)
-    model, x = build("transformer" if name == "renamed" else name, small=True)
+    dynamic = name == "dynamic"  # symbolic batch: engines per shape, built (or loaded) at first sight
+    model, x = build("transformer" if name in ("renamed", "dynamic") else name, small=True)
     if name == "renamed":
         model = RenamedBlock(model).eval()
     calls = []
@@ -55,7 +57,11 @@ def main(backend: str, name: str) -> None:
     from torch._dynamo.utils import counters
     with torch.no_grad():
         expected = model(x)
-        out = torch.compile(model, backend=backend)(x)
+        compiled = torch.compile(model, backend=backend, dynamic=dynamic or None)
+        out = compiled(x)
+        if dynamic:
+            other = torch.randn(3, *x.shape[1:])
+            assert torch.allclose(compiled(other), model(other), rtol=1e-4, atol=1e-4)
     expected = expected if isinstance(expected, (tuple, list)) else (expected,)
     out = out if isinstance(out, (tuple, list)) else (out,)
     matches = all(torch.allclose(a, b, rtol=1e-4, atol=1e-4) for a, b in zip(out, expected))

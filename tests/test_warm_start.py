@@ -41,3 +41,12 @@ def test_renamed_model_gets_the_same_keys_and_engines_gone_means_no_stale_graph(
     assert again["matches"] and again["from_inductor_cache"] == [False], again["tables"]
     assert "autograd_cache_hit" not in again["aot_cache"], again["aot_cache"]
     assert set(_sources(again)) == {"built"}, again["tables"]
+
+
+def test_warm_start_with_symbolic_shapes_loads_each_shape(tmp_path):
+    cold = run_child(tmp_path, "hybrid_trt", "dynamic")
+    assert cold["matches"] and set(_sources(cold)) == {"built"} and len(_sources(cold)) == 2, cold["tables"]
+    warm = run_child(tmp_path, "hybrid_trt", "dynamic")
+    # (dynamic=True also gives Dynamo a graph of size arithmetic only, which Inductor's cache may skip)
+    assert warm["matches"] and warm["from_inductor_cache"][-1] is True, warm["tables"]
+    assert _sources(warm) == ["loaded", "loaded"], warm["tables"]  # recipe and both shapes' engines stored
