@@ -81,7 +81,7 @@ def _forward_ort_log(severity: int, category: str, logid: str, code_location: st
 
 class OnnxRuntimeEngine(Engine):
     __slots__ = ("_session", "_inputs", "_outputs", "_device", "_dev_type", "_dev_id", "_ort_outputs",
-                 "_run_options", "_stream", "_local", "serialized")
+                 "_run_options", "_stream", "_local", "serialized", "_empty", "_empty_ptr")
 
     def __init__(self, session, output_metas: Sequence[torch.Tensor], device: torch.device,
                  stream: Optional["torch.cuda.Stream"] = None):
@@ -98,6 +98,10 @@ class OnnxRuntimeEngine(Engine):
         # call, which measured up to ~1 ms per call on a 200 KB output. On CUDA torch's caching allocator is
         # cheap, so outputs are preallocated there.
         self._ort_outputs = device.type == "cpu" and _dlpack_outputs_supported()
+        # A tensor with no elements may have a null data pointer, which IO binding rejects ("buffer_ptr = 0" on
+        # CUDA); no byte of it is ever read or written, so any valid pointer on the device stands in for it.
+        self._empty = torch.empty(1, dtype=torch.uint8, device=device)  # owns the stand-in pointer
+        self._empty_ptr = self._empty.data_ptr()
         self._run_options = None
         # CUDA: the session computes on its own stream (the CUDA provider's user_compute_stream, set at build);
         # each call is ordered against the caller's current stream by a pair of events (see _run_cuda).
@@ -115,7 +119,7 @@ class OnnxRuntimeEngine(Engine):
         binding, dev, dev_id = self._session.io_binding(), self._dev_type, self._dev_id
         keep = [t.contiguous() for t in inputs]  # referenced until the run returns
         for (name, shape, np_dtype), t in zip(self._inputs, keep):
-            binding.bind_input(name, dev, dev_id, np_dtype, shape, t.data_ptr())
+            binding.bind_input(name, dev, dev_id, np_dtype, shape, t.data_ptr() or self._empty_ptr)
         if self._ort_outputs:
             for name, _shape, _dtype, _np in self._outputs:
                 binding.bind_output(name, dev)
@@ -124,7 +128,7 @@ class OnnxRuntimeEngine(Engine):
         outs = []
         for name, shape, dtype, np_dtype in self._outputs:
             out = torch.empty(shape, dtype=dtype, device=self._device)
-            binding.bind_output(name, dev, dev_id, np_dtype, shape, out.data_ptr())
+            binding.bind_output(name, dev, dev_id, np_dtype, shape, out.data_ptr() or self._empty_ptr)
             outs.append(out)
         if self._stream is None:
             self._session.run_with_iobinding(binding, self._run_options)
