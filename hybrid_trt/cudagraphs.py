@@ -8,19 +8,26 @@ Nothing here re-implements capture: this module only decides which delegate call
 Inductor, and reports what Inductor did.
 
 - Each delegate declares whether its engines can be captured on a device (``Delegate.capture_unsafe_reason``).
-  A static engine is also probed once at compile time: a warm-up run (so the first-call fallback and the
-  delegate's own lazy allocations happen outside any capture), then one capture of a second run on a throwaway
-  graph. A partition that is not capture-safe is called through ``hybrid_trt::delegate_uncapturable``, the same
-  op carrying ``torch.Tag.cudagraph_unsafe``: Inductor's graph partitioning (switched on with the graphs) then
-  captures the segments around it and runs it between them.
+  Every engine is also probed once at compile time (a partition with symbolic sizes at its size hints): a
+  warm-up run (so the first-call fallback and the delegate's own lazy allocations happen outside any capture),
+  then one capture of a second run on a throwaway graph, whose nodes are inspected. A capture that succeeds is
+  not enough: a host-function node (``cudaLaunchHostFunc`` during capture) runs again at every replay. ONNX
+  Runtime's CUDA provider enqueues one at the end of any run whose kernels staged data in pinned CPU memory
+  (its deferred release of those buffers, which owns and deletes its own bookkeeping): replaying it frees the
+  same memory again, corrupting the heap, and the process aborts later (seen on the H200 when compiled
+  models were torn down). A partition that is not capture-safe is called through
+  ``hybrid_trt::delegate_uncapturable``, the same op carrying ``torch.Tag.cudagraph_unsafe``: Inductor's graph
+  partitioning (switched on with the graphs) then captures the segments around it and runs it between them.
 - Inductor's own reasons to capture less (CPU ops, data-dependent sizes, input mutation, ...) are taken from its
   compile result and its ``cudagraphs`` log, and land in ``CompileReport.cuda_graphs`` next to ours.
 """
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import dataclasses
 import logging
+from collections import Counter
 from typing import Optional
 
 import torch
@@ -113,8 +120,9 @@ def plan_capture(delegated, options) -> CapturePlan:
     for d in delegated:
         rt = d.runtime
         reason = rt.delegate.capture_unsafe_reason(rt.device, rt.delegate_options)
-        if reason is None and not rt.symbolic:
-            reason = _probe(rt, [n.meta["val"] for n in d.extracted.tensor_inputs])
+        if reason is None:
+            reason = _probe(rt, [n.meta["val"] for n in d.extracted.tensor_inputs],
+                            [n.meta["val"] for n in d.extracted.size_inputs])
         if reason is not None:
             plan.uncapturable[rt.key] = reason
             d.report.events.append(f"outside CUDA graphs: {reason}")
@@ -122,30 +130,98 @@ def plan_capture(delegated, options) -> CapturePlan:
     return plan
 
 
-def _probe(runtime, metas) -> Optional[str]:
-    """None when a run of the static engine can be captured; else why not. Runs the engine twice on zeros."""
+def _probe(runtime, metas, size_metas=()) -> Optional[str]:
+    """None when a run of the engine can be captured and replayed; else why not. Runs the engine twice on zeros
+    (a symbolic partition at its size hints: that builds the engine its first call would build)."""
     from torch._subclasses.fake_tensor import unset_fake_temporarily
+    from .engines.runtime import _hint
     if runtime.device.type != "cuda":
         return None  # nothing to capture; Inductor reports the CPU device itself
     with unset_fake_temporarily():
-        inputs = [torch.zeros(tuple(int(s) for s in m.shape), dtype=m.dtype, device=m.device) for m in metas]
+        inputs = [torch.zeros(tuple(_hint(s) for s in m.shape), dtype=m.dtype, device=m.device) for m in metas]
+        sizes = [_hint(s) for s in size_metas]
+        events = len(runtime.report.events)
         try:
-            runtime.run(inputs, [])  # the first call: engine-side lazy set-up and allocations, fallback check
+            runtime.run(inputs, sizes)  # the first call: engine-side lazy set-up and allocations, fallback check
             torch.cuda.synchronize(runtime.device)
         except Exception as e:  # noqa: BLE001 - the runtime's own fallback rules apply at the real call
             return f"warm-up run failed: {_text(e)}"
-        if runtime.report.status != "delegated":
+        if runtime.report.status != "delegated" or any("fell back" in e for e in runtime.report.events[events:]):
             return "the partition fell back to Inductor (a separately compiled function)"
-        graph = torch.cuda.CUDAGraph()
+        graph = _inspectable_graph()
         try:
             with torch.cuda.device(runtime.device), torch.cuda.graph(graph, capture_error_mode="thread_local"):
-                runtime.run(inputs, [])
+                runtime.run(inputs, sizes)
+            return _unreplayable(graph)
         except Exception as e:  # noqa: BLE001 - a capture failure only means: run it between the captured parts
             return f"capture of its engine failed: {_text(e)}"
         finally:
+            # Never replayed: a host node's callback never runs, so whatever it would have released stays
+            # allocated (a few bytes of staging memory per probed engine).
             del graph
             torch.cuda.synchronize(runtime.device)
+
+
+# Node types of a captured graph that cannot be replayed safely (CUgraphNodeType, cuda.h): a host function is
+# a CPU callback that runs again at every replay. Kernels, copies, memsets, events, stream-ordered allocations
+# and child graphs replay as captured.
+_HOST_NODE, _CHILD_GRAPH_NODE = 3, 4
+
+
+def _inspectable_graph() -> "torch.cuda.CUDAGraph":
+    """A graph that keeps its cudaGraph_t after capture, so ``raw_cuda_graph`` can be inspected (torch >= 2.8)."""
+    try:
+        return torch.cuda.CUDAGraph(keep_graph=True)
+    except TypeError:
+        return torch.cuda.CUDAGraph()
+
+
+def _unreplayable(graph) -> Optional[str]:
+    """Why the captured ``graph`` must not be replayed, or None. When its nodes cannot be read (no
+    ``raw_cuda_graph`` in this torch, no CUDA driver library found), it cannot be cleared: it is refused."""
+    try:
+        types = graph_node_types(graph.raw_cuda_graph())
+    except Exception as e:  # noqa: BLE001 - an uninspectable capture is not trusted
+        return f"its captured run could not be inspected for host-function nodes ({_text(e)})"
+    if types.get(_HOST_NODE):
+        return (f"its captured run contains {types[_HOST_NODE]} host-function node(s) (a CPU callback, e.g. "
+                "onnxruntime releasing pinned staging buffers), which every replay would run again")
     return None
+
+
+def graph_node_types(raw_graph: int) -> Counter:
+    """CUgraphNodeType -> count over a cudaGraph_t and its child graphs, read through the CUDA driver API."""
+    cuda = _driver()
+    counts: Counter = Counter()
+    pending = [raw_graph]
+    while pending:
+        g = ctypes.c_void_p(pending.pop())
+        n = ctypes.c_size_t(0)
+        _check(cuda.cuGraphGetNodes(g, None, ctypes.byref(n)), "cuGraphGetNodes")
+        nodes = (ctypes.c_void_p * max(n.value, 1))()
+        _check(cuda.cuGraphGetNodes(g, nodes, ctypes.byref(n)), "cuGraphGetNodes")
+        for node in nodes[:n.value]:
+            kind = ctypes.c_int(-1)
+            _check(cuda.cuGraphNodeGetType(ctypes.c_void_p(node), ctypes.byref(kind)), "cuGraphNodeGetType")
+            counts[kind.value] += 1
+            if kind.value == _CHILD_GRAPH_NODE:
+                child = ctypes.c_void_p()
+                _check(cuda.cuGraphChildGraphNodeGetGraph(ctypes.c_void_p(node), ctypes.byref(child)),
+                       "cuGraphChildGraphNodeGetGraph")
+                pending.append(child.value)
+    return counts
+
+
+def _driver():
+    cuda = ctypes.CDLL("libcuda.so.1")  # loaded already by the CUDA runtime torch uses
+    for name in ("cuGraphGetNodes", "cuGraphNodeGetType", "cuGraphChildGraphNodeGetGraph"):
+        getattr(cuda, name).restype = ctypes.c_int
+    return cuda
+
+
+def _check(code: int, what: str) -> None:
+    if code != 0:
+        raise RuntimeError(f"{what} returned CUDA driver error {code}")
 
 
 # ---------------------------------------------------------------------------------------------- report

@@ -15,9 +15,16 @@ from hybrid_trt import cudagraphs
 from hybrid_trt.delegates import get_delegate
 from hybrid_trt.engines.op import delegate as delegate_op
 from hybrid_trt.engines.runtime import PartitionRuntime
+from hybrid_trt.report import PartitionReport
 
 from _helpers import assert_close
 from examples.models import build
+
+
+def _reports_since(start: int) -> list:
+    """Reports of the graphs compiled since ``len(hybrid_trt.reports())`` was ``start``: a test reads its own,
+    whatever ran before it in the process (tests run in any order, several per worker under pytest-xdist)."""
+    return hybrid_trt.reports()[start:]
 
 
 def _small_resnet():
@@ -169,12 +176,13 @@ def test_lidar_data_dependent_parts_named_outside_graphs():
     from examples import lidar_detector
     model = lidar_detector.build_model("small")
     feats, coords = lidar_detector.make_inputs("small", seed=0)
+    start = len(hybrid_trt.reports())
     with torch.no_grad():
         expected = model(feats, coords)
         compiled = torch.compile(model, backend="hybrid_trt", fullgraph=True, options={"cuda_graphs": True})
         got = compiled(feats, coords)
     lidar_detector.compare_detections(expected, got, atol=1e-4, rtol=1e-4)
-    records = [r.cuda_graphs for r in hybrid_trt.reports() if r.cuda_graphs is not None]
+    records = [r.cuda_graphs for r in _reports_since(start) if r.cuda_graphs is not None]
     assert records and all(r.status in ("not captured", "unknown (compiled graph served by Inductor's cache)")
                            or "segment" in r.status for r in records)
     reasons = [why for r in records for why in r.reasons]
@@ -235,6 +243,57 @@ def _count_runs(monkeypatch):
         return original(self, inputs, sizes)
     monkeypatch.setattr(PartitionRuntime, "run", counting)
     return calls
+
+
+class _ProbedRuntime:
+    """What the compile-time probe needs of a PartitionRuntime: a CUDA device, ``run``, and a report."""
+
+    def __init__(self, run):
+        self.device = torch.device("cuda", torch.cuda.current_device())
+        self.report = PartitionReport(index=0, delegate="test", op_count=1, ops={}, input_shapes=[],
+                                      output_shapes=[])
+        self.run = run
+
+
+def _enqueue_host_function():
+    """``x -> x + 1`` that also enqueues a CPU callback on the current stream (cuLaunchHostFunc), as ONNX
+    Runtime's CUDA provider does to release pinned staging buffers after a run. The probe never replays its
+    graph, so the callback never runs."""
+    import ctypes
+    cuda = ctypes.CDLL("libcuda.so.1")
+    callback = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(lambda _user: None)
+
+    def run(inputs, sizes):
+        out = inputs[0] + 1
+        stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+        assert cuda.cuLaunchHostFunc(stream, callback, None) == 0
+        return [out]
+    run.keep = callback  # the function pointer must outlive every launch
+    return run
+
+
+@cuda_only
+def test_probe_refuses_an_engine_whose_capture_holds_a_host_function():
+    """A capture that succeeds is not enough: a host-function node would run again at every replay (ONNX
+    Runtime's deferred release of pinned buffers then frees the same memory again, and the process aborts at
+    teardown). The probe inspects the captured graph and keeps such an engine outside CUDA graphs."""
+    meta = torch.empty(4, device="cuda")
+    plain = _ProbedRuntime(lambda inputs, sizes: [inputs[0] + 1])
+    assert cudagraphs._probe(plain, [meta]) is None
+    with_host = _ProbedRuntime(_enqueue_host_function())
+    reason = cudagraphs._probe(with_host, [meta])
+    assert reason is not None and "host-function node" in reason, reason
+
+
+@cuda_only
+def test_graph_node_types_read_a_captured_graph():
+    graph = cudagraphs._inspectable_graph()
+    x = torch.zeros(8, device="cuda")
+    with torch.cuda.graph(graph):
+        y = x * 2 + 1
+    types = cudagraphs.graph_node_types(graph.raw_cuda_graph())
+    assert types.get(0, 0) >= 1 and not types.get(cudagraphs._HOST_NODE), types  # kernels, no host node
+    del graph, y
 
 
 @cuda_only
@@ -395,11 +454,12 @@ def test_lidar_example_on_cuda_with_graphs():
     """Data-dependent parts stay outside the graphs (reported), the rest may be captured, detections match."""
     from examples import lidar_detector
     model = lidar_detector.build_model("small").cuda()
+    start = len(hybrid_trt.reports())
     with torch.no_grad():
         compiled = torch.compile(model, backend="hybrid_trt", fullgraph=True, mode="reduce-overhead")
         for seed in range(3):
             feats, coords = lidar_detector.make_inputs("small", device="cuda", seed=seed)
             got = tuple(t.clone() for t in compiled(feats, coords))
             lidar_detector.compare_detections(model(feats, coords), got, atol=1e-3, rtol=1e-3)
-    reasons = [why for r in hybrid_trt.reports() if r.cuda_graphs for why in r.cuda_graphs.reasons]
+    reasons = [why for r in _reports_since(start) if r.cuda_graphs for why in r.cuda_graphs.reasons]
     assert any("data-dependent" in why or "unbacked" in why for why in reasons), reasons
