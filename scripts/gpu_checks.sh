@@ -23,6 +23,22 @@ case $stage in
     timeout 280 $PY benchmarks/conformance.py --device cuda --dtype float32 --timeout 120 --latency-s 1 --budget-min 3.5 \
       --note "H200, onnxruntime-gpu 1.31.1" --out $OUT/conformance_h200_fp32.md 2>&1 | tail -40
     ;;
+  session2)
+    # conformance fp16 and fp32 side by side (latency ratios are within one process; the two share the GPU),
+    # while a third lane runs the CUDA-graph probe and tests, the float16 lowerings and the warm-start check.
+    (timeout 470 $PY benchmarks/conformance.py --device cuda --dtype float16 --timeout 120 --latency-s 1 --budget-min 6.3 \
+      --note "H200; the fp16 and fp32 runs ran side by side on the one GPU" --out $OUT/conformance_h200_fp16.md > $OUT/conf16.log 2>&1) &
+    (timeout 470 $PY benchmarks/conformance.py --device cuda --dtype float32 --timeout 120 --latency-s 1 --budget-min 6.3 \
+      --note "H200; the fp16 and fp32 runs ran side by side on the one GPU" --out $OUT/conformance_h200_fp32.md > $OUT/conf32.log 2>&1) &
+    ( OUT=/tmp/probe timeout 200 $PY scripts/cudagraph_teardown_probe.py --timeout 150
+      timeout 230 $PY -m pytest -v -p xdist -n 2 -p no:cacheprovider tests/test_cuda_graphs.py
+      timeout 60 $PY -m pytest -q -p no:cacheprovider tests/test_lowerings.py -k "float16 and (zero_size or view)"
+      timeout 60 $PY scripts/gpu_warm_start_check.py cold; timeout 60 $PY scripts/gpu_warm_start_check.py warm
+    ) > $OUT/lane3.log 2>&1 &
+    wait
+    grep -E "SUMMARY|passed|failed|crashed|cold:|warm:|loaded|built" $OUT/lane3.log | head -40
+    grep -E "summary" $OUT/conformance_h200_fp16.md $OUT/conformance_h200_fp32.md
+    ;;
   bench)
     timeout 560 $PY benchmarks/bench_cudagraphs.py --budget-s 420 --grace-s 60 --out $OUT/cudagraphs_h200.md 2>&1 | tail -60
     ;;
