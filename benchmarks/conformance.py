@@ -418,11 +418,17 @@ def run_model(case: Case, args, log_dir: str) -> dict:
     """The worker for one model in a fresh process under a time limit; whatever happens, a result row."""
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", case.name, "--device", args.device,
            "--dtype", args.dtype, "--latency-s", str(args.latency_s)]
+    if args.threads:
+        cmd += ["--threads", str(args.threads)]
     log_path = os.path.join(log_dir, f"{case.name}.log")
+    env = dict(os.environ)
+    if args.cold_caches:  # both compile times cold; no model reuses compiled code of an earlier run
+        env.update(TORCHINDUCTOR_CACHE_DIR=os.path.join(log_dir, case.name, "inductor"),
+                   HYBRID_TRT_CACHE_DIR=os.path.join(log_dir, case.name, "hybrid_trt"))
     t0 = time.perf_counter()
     with open(log_path, "w") as log:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, start_new_session=True,
-                                cwd=ROOT)
+                                cwd=ROOT, env=env)
         timed_out = False
         try:
             stdout, _ = proc.communicate(timeout=args.timeout)
@@ -504,6 +510,8 @@ def table(rows: list) -> list[str]:
         status, why = verdict(row)
         h, ind = row.get("hybrid"), row.get("inductor")
         match = f"{h['rel']:.1e} ({h['abs']:.1e})" if h else "-"
+        if h and h.get("swapped_at_cutoff"):
+            match += f", {h['swapped_at_cutoff']} tied boxes swapped at the top-k cut"
         ind_err = (f"{ind['rel']:.1e}" if not ind["problem"] else "differs") if ind else (
             "failed" if "inductor_error" in row else "-")
         lat = row.get("latency_ms", {})
@@ -575,6 +583,10 @@ def main():
     ap.add_argument("--latency-s", type=float, default=10, help="seconds of timing per model (at least 5 rounds)")
     ap.add_argument("--budget-min", type=float, default=None,
                     help="start no model after this many minutes; the rest are listed as not run")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="torch.set_num_threads in each worker (hybrid_trt's num_threads default follows it)")
+    ap.add_argument("--cold-caches", action="store_true",
+                    help="empty Inductor and hybrid_trt caches for each model (cold compile times; slower)")
     ap.add_argument("--note", default="", help="a line for the results file (e.g. 'machine shared with ...')")
     ap.add_argument("--out", default=None)
     ap.add_argument("--update", action="store_true",
@@ -587,6 +599,9 @@ def main():
             print(f"{c.name:<48} {c.kind:<13} {c.input}  {c.note}")
         return
     if args.worker:
+        if args.threads:
+            import torch
+            torch.set_num_threads(args.threads)
         res = run_worker(args.worker, args.device, args.dtype, args.latency_s)
         print(MARKER + json.dumps(res), flush=True)
         return
@@ -602,7 +617,9 @@ def main():
               f"- match: rel err = max |hybrid - eager| / max |eager| per output leaf, tolerance "
               f"{TOLERANCE[args.dtype]:g} or 2x Inductor's own error; detections compared as sets",
               "- latency: median ms, eager / Inductor / hybrid_trt timed in interleaved rounds in one process; "
-              "compile s = first call"]
+              "compile s = first call, " + ("with empty Inductor and hybrid_trt caches per model" if args.cold_caches
+                                            else "with the caches this machine holds (may be warm)"),
+              f"- threads: {args.threads or 'torch default'}"]
     if args.note:
         header.append(f"- note: {args.note}")
     rows, t_start = [], time.perf_counter()
