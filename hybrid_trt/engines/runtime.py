@@ -12,6 +12,10 @@ Entries (all in ``EngineStore``, see ``store.py``):
   (``recipe.pt``) and its output metas;
 - a partition with symbolic sizes: the recipe under a partition key, and one entry per concrete input-shape
   signature under ``sha256(partition key, signature)``, so a stored shape loads without lowering it first.
+
+Loading reads an entry lazily (``EngineStore.get(lazy=True)``): the engine file the delegate loads is read and
+checksummed; the recipe only when a fallback or a new shape needs it, the lowered model only when the optimized
+one does not load.
 """
 from __future__ import annotations
 
@@ -21,7 +25,7 @@ import io
 import json
 import time
 import weakref
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 
 import onnx
 import torch
@@ -33,7 +37,7 @@ from ..log import logger
 from ..lowerings.to_onnx import lower_partition
 from ..report import EngineRecord, PartitionReport
 from .key import engine_key, environment
-from .store import EngineStore, Entry, default_cache_dir
+from .store import CorruptEntry, EngineStore, Entry, default_cache_dir
 
 RECIPE = "recipe.pt"
 _ENGINE_PREFIX = "engine."
@@ -169,7 +173,7 @@ def load_runtime(key: str, store: EngineStore, device: Optional[torch.device], p
     """A runtime rebuilt from its store entry (None when absent, or not loadable here). ``device`` None: the
     device it was compiled for."""
     t0 = time.perf_counter()
-    entry = store.get(key)
+    entry = store.get(key, lazy=True)
     if entry is None:
         return None
     meta = entry.meta
@@ -182,12 +186,18 @@ def load_runtime(key: str, store: EngineStore, device: Optional[torch.device], p
         return None
     report = report or PartitionReport(index=-1, delegate=meta["delegate"], **meta.get("summary", {}))
     report.key = key
+    files = entry.files
     runtime = PartitionRuntime(key, name, meta["delegate"], meta["delegate_options"], device, policy, report,
-                               meta["kind"] == "symbolic", store, recipe=entry.files[RECIPE])
+                               meta["kind"] == "symbolic", store, recipe=lambda: files[RECIPE])
     if meta["kind"] == "static":
         try:
             with unset_fake_temporarily():
                 runtime.load_static(entry, t0=t0)
+            if hasattr(files, "close"):
+                files.close(keep=(RECIPE,))  # the engine is loaded; only a fallback may still need the recipe
+        except CorruptEntry as e:  # the store removed the entry and warned
+            logger.debug("hybrid_trt: %s: %s; rebuilt", name, e)
+            return None
         except Exception as e:  # noqa: BLE001 - a stored engine that does not load is rebuilt, never fatal
             logger.warning("hybrid_trt: %s: stored %s engine does not load (%s); it is rebuilt",
                            name, meta["delegate"], e)
@@ -211,7 +221,7 @@ class PartitionRuntime:
     deploy_signatures: tuple = ()  # deploy mode: the input-shape signatures the package holds engines for
     def __init__(self, key: str, name: str, delegate: str, delegate_options: dict, device: torch.device,
                  policy: Policy, report: PartitionReport, symbolic: bool, store: EngineStore, *,
-                 module: Optional[fx.GraphModule] = None, recipe: Optional[bytes] = None):
+                 module: Optional[fx.GraphModule] = None, recipe: Optional[Callable[[], bytes]] = None):
         self.key = key
         self.name = name
         self.delegate = get_delegate(delegate)
@@ -222,7 +232,7 @@ class PartitionRuntime:
         self.symbolic = symbolic
         self.store = store
         self._module = module
-        self._recipe = recipe
+        self._recipe = recipe  # the stored recipe's bytes, read and checksummed on first call
         self._engines: dict = {}  # signature -> callable(inputs, sizes) (engines, or the Inductor fallback)
         self._built = 0
         self._fallback: Optional[Callable] = None
@@ -234,7 +244,13 @@ class PartitionRuntime:
         """The partition's FX module (the recipe): given at compile time, else read from the entry on first use
         (only a fallback or a new shape needs it)."""
         if self._module is None:
-            self._module = torch.load(io.BytesIO(self._recipe), weights_only=False, map_location=self.device)
+            try:
+                data = self._recipe()
+            except CorruptEntry as e:
+                raise RuntimeError(
+                    f"hybrid_trt: {self.name}: the stored recipe (the partition's FX module) is damaged ({e}); the "
+                    "entry was removed from the engine cache. Call torch._dynamo.reset() and compile again.") from e
+            self._module = torch.load(io.BytesIO(data), weights_only=False, map_location=self.device)
             self._recipe = None
         return self._module
 
@@ -244,7 +260,7 @@ class PartitionRuntime:
 
     def recipe_bytes(self) -> bytes:
         if self._recipe is not None:
-            return self._recipe
+            return self._recipe()
         buffer = io.BytesIO()
         torch.save(self.module, buffer)
         return buffer.getvalue()
@@ -324,9 +340,7 @@ class PartitionRuntime:
         return {_ENGINE_PREFIX + name: data for name, data in self.delegate.serialize(engine).items()}
 
     def _load_engine(self, entry: Entry, out_metas) -> Engine:
-        files = {name[len(_ENGINE_PREFIX):]: data for name, data in entry.files.items()
-                 if name.startswith(_ENGINE_PREFIX)}
-        return self.delegate.load(files, out_metas, self.device, self.delegate_options)
+        return self.delegate.load(_EngineFiles(entry.files), out_metas, self.device, self.delegate_options)
 
     # -- fake (shape propagation during tracing and Inductor lowering) ----------------------------------------
     def fake(self, inputs, sizes):
@@ -358,13 +372,15 @@ class PartitionRuntime:
         key = _digest("shape", self.key, text, [str(d) for d in dtypes])
         t0 = time.perf_counter()
         try:
-            entry = self.store.get(key)
+            entry = self.store.get(key, lazy=True)
             if entry is not None:
                 engine = self._load_engine(entry, _metas_from_json(entry.meta["outputs"]))
                 outs = engine(inputs)
                 self._record(text, "loaded", time.perf_counter() - t0, 0.0)
                 self._engines[signature] = lambda ins, _sizes, engine=engine: engine(ins)
                 return outs
+        except CorruptEntry as e:  # the store removed the entry and warned
+            logger.debug("hybrid_trt: %s: stored engine for [%s]: %s; building it again", self.name, text, e)
         except Exception as e:  # noqa: BLE001 - an unusable stored engine is rebuilt
             logger.warning("hybrid_trt: %s: stored engine for [%s] unusable (%s); building it again",
                            self.name, text, e)
@@ -448,6 +464,25 @@ class PartitionRuntime:
 
 
 # ---------------------------------------------------------------------------------------------- helpers
+
+
+class _EngineFiles(Mapping):
+    """The delegate's files of an entry (``engine.*``, prefix dropped), read only as the delegate asks for them."""
+
+    def __init__(self, files: Mapping[str, bytes]):
+        self._files = files
+
+    def __getitem__(self, name: str) -> bytes:
+        return self._files[_ENGINE_PREFIX + name]
+
+    def __iter__(self) -> Iterator[str]:
+        return (name[len(_ENGINE_PREFIX):] for name in self._files if name.startswith(_ENGINE_PREFIX))
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def __contains__(self, name) -> bool:
+        return isinstance(name, str) and _ENGINE_PREFIX + name in self._files
 
 
 def _lower(module, shapes, dtypes, sizes):

@@ -16,6 +16,11 @@ Robustness:
 - Every file's checksum is verified on load; a corrupt, truncated or unreadable entry is removed and rebuilt.
 - A read-only or full directory (any OSError on write) turns caching off for that write; the engine is still
   built and returned from memory.
+- ``get(key, lazy=True)`` opens the entry's files and checks their sizes, but reads and checksums a file only
+  when it is first used (``Entry.files[name]``): a warm start reads the engine it loads, not the recipe or the
+  fallback model beside it. The files are held open from ``get`` on, so eviction meanwhile cannot take them
+  away, and no byte is handed out before its file's sha256 matched; a mismatch then removes the entry (one
+  warning) and raises ``CorruptEntry``.
 Each kind of problem is logged once per store as a warning, later ones at debug level.
 
 Additions to the agreed API (engines_api.md): ``get_or_build`` also takes ``expect_environment``; keys must
@@ -33,9 +38,10 @@ import os
 import pathlib
 import re
 import shutil
+import threading
 import time
 import uuid
-from typing import Any, Callable, Iterator, Mapping, Optional
+from typing import Any, BinaryIO, Callable, Iterator, Mapping, Optional
 
 from ..log import logger
 
@@ -57,7 +63,7 @@ def default_cache_dir() -> pathlib.Path:
 @dataclasses.dataclass(frozen=True)
 class Entry:
     key: str
-    files: dict[str, bytes]
+    files: Mapping[str, bytes]  # a dict, or LazyFiles for get(lazy=True)
     meta: dict[str, Any]
     path: Optional[pathlib.Path]  # None: built in memory, not stored
     nbytes: int
@@ -65,6 +71,73 @@ class Entry:
 
 class _Corrupt(Exception):
     pass
+
+
+class CorruptEntry(RuntimeError):
+    """A file of a lazily read entry failed its checksum (or could not be read) when first used. The entry has
+    been removed (unless the store is read-only); the caller treats it as a miss and rebuilds."""
+
+
+class LazyFiles(Mapping):
+    """An entry's files, each read and checked against its sha256 on first access (then kept).
+
+    The files were opened at ``get`` and their sizes checked there; reading through those descriptors means an
+    entry removed or evicted meanwhile still serves the bytes that were published. Thread-safe."""
+
+    def __init__(self, handles: dict[str, tuple[BinaryIO, int, str]], on_corrupt: Callable[[str], None]):
+        self._handles = handles
+        self._names = tuple(handles)
+        self._data: dict[str, bytes] = {}
+        self._on_corrupt = on_corrupt
+        self._lock = threading.Lock()
+
+    def __getitem__(self, name: str) -> bytes:
+        data = self._data.get(name)
+        if data is not None:
+            return data
+        with self._lock:
+            if name in self._data:
+                return self._data[name]
+            if name not in self._handles:
+                if name in self._names:
+                    raise CorruptEntry(f"engine cache file {name} was closed unread (LazyFiles.close)")
+                raise KeyError(name)
+            f, size, sha = self._handles[name]
+            try:
+                f.seek(0)
+                data = f.read(size + 1)
+            except OSError as e:
+                raise CorruptEntry(f"engine cache file {name} cannot be read ({e})") from e
+            if len(data) != size:
+                self._on_corrupt(f"{name} has {len(data)} bytes, meta.json says {size}")
+                raise CorruptEntry(f"engine cache file {name} changed size after it was opened")
+            if hashlib.sha256(data).hexdigest() != sha:
+                self._on_corrupt(f"{name} fails its sha256 checksum")
+                raise CorruptEntry(f"engine cache file {name} fails its sha256 checksum")
+            self._data[name] = data
+            del self._handles[name]
+            f.close()
+            return data
+
+    def __contains__(self, name) -> bool:
+        return name in self._names
+
+    def __iter__(self):
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def close(self, keep: tuple = ()) -> None:
+        """Close the files not read yet, except ``keep`` (all are closed when the mapping is released); a
+        closed file's name stays listed, but reading it raises ``CorruptEntry``."""
+        with self._lock:
+            for name in [n for n in self._handles if n not in keep]:
+                self._handles.pop(name)[0].close()
+
+    def __del__(self):
+        for f, _, _ in getattr(self, "_handles", {}).values():
+            f.close()
 
 
 class EngineStore:
@@ -80,9 +153,13 @@ class EngineStore:
 
     # ------------------------------------------------------------------------------------------ public API
 
-    def get(self, key: str, expect_environment: Optional[Mapping[str, str]] = None) -> Optional[Entry]:
-        """The verified entry of ``key``, or None. A bad entry is removed (one warning) and reads as a miss."""
-        return None if self.root is None else self._get(key, expect_environment, locked=False)
+    def get(self, key: str, expect_environment: Optional[Mapping[str, str]] = None, *,
+            lazy: bool = False) -> Optional[Entry]:
+        """The verified entry of ``key``, or None. A bad entry is removed (one warning) and reads as a miss.
+
+        ``lazy``: ``files`` is a ``LazyFiles``; sizes are checked now, each file's bytes and sha256 on first use
+        (``CorruptEntry`` then)."""
+        return None if self.root is None else self._get(key, expect_environment, locked=False, lazy=lazy)
 
     def put(self, key: str, files: Mapping[str, bytes], meta: Mapping[str, Any]) -> Optional[Entry]:
         """Store an entry atomically and evict beyond ``max_bytes``; None when disabled or not writable."""
@@ -143,11 +220,15 @@ class EngineStore:
     def _entry_dir(self, key: str) -> pathlib.Path:
         return self.root / f"v{FORMAT}" / key[:2] / key
 
-    def _get(self, key: str, expect_environment, locked: bool) -> Optional[Entry]:
+    def _get(self, key: str, expect_environment, locked: bool, lazy: bool = False) -> Optional[Entry]:
         _check_key(key)
         path = self._entry_dir(key)
         try:
-            meta_bytes, entry = _read(key, path)
+            if lazy:
+                meta_bytes, entry = _open(key, path, lambda meta, why: self._discard(
+                    key, path, meta, "corrupt", f"a corrupt engine cache entry ({why})", locked=False))
+            else:
+                meta_bytes, entry = _read(key, path)
         except _Corrupt as bad:
             self._discard(key, path, bad.args[1], "corrupt", f"a corrupt engine cache entry ({bad.args[0]})",
                           locked)
@@ -255,14 +336,14 @@ def _check_key(key: str) -> None:
         raise ValueError(f"engine store: bad key {key!r} (expected a hex digest)")
 
 
-def _read(key: str, path: pathlib.Path) -> tuple[Optional[bytes], Optional[Entry]]:
-    """(meta.json bytes, verified entry), (None, None) when absent; raises _Corrupt(reason, meta bytes)."""
+def _read_meta(key: str, path: pathlib.Path) -> tuple[Optional[bytes], Optional[dict], dict]:
+    """(meta.json bytes, meta, {name: (size, sha256)}), (None, None, {}) when absent; raises _Corrupt."""
     try:
         meta_bytes = (path / _META).read_bytes()
     except (FileNotFoundError, NotADirectoryError):
         if path.is_dir():  # entries are published whole, so a directory without meta.json is damaged
             raise _Corrupt("meta.json is missing", None) from None
-        return None, None
+        return None, None, {}
     try:
         meta = json.loads(meta_bytes)
         if meta["format"] != FORMAT or meta["key"] != key:
@@ -270,6 +351,41 @@ def _read(key: str, path: pathlib.Path) -> tuple[Optional[bytes], Optional[Entry
         sizes = {name: (int(f["size"]), str(f["sha256"])) for name, f in meta["files"].items()}
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise _Corrupt(f"invalid meta.json: {type(e).__name__}: {e}", meta_bytes) from None
+    return meta_bytes, meta, sizes
+
+
+def _open(key: str, path: pathlib.Path, on_corrupt: Callable[[bytes, str], None]
+          ) -> tuple[Optional[bytes], Optional[Entry]]:
+    """Like ``_read``, but each file is only opened and its size checked; LazyFiles reads and verifies it."""
+    meta_bytes, meta, sizes = _read_meta(key, path)
+    if meta is None:
+        return None, None
+    handles = {}
+    try:
+        for name, (size, sha) in sizes.items():
+            try:
+                f = open(path / name, "rb")
+            except FileNotFoundError:
+                if not path.is_dir():
+                    return None, None  # removed meanwhile (evicted by another process): a plain miss
+                raise _Corrupt(f"{name} is missing", meta_bytes) from None
+            handles[name] = (f, size, sha)
+            actual = os.fstat(f.fileno()).st_size
+            if actual != size:
+                raise _Corrupt(f"{name} has {actual} bytes, meta.json says {size}", meta_bytes)
+    except BaseException:
+        for f, _, _ in handles.values():
+            f.close()
+        raise
+    files = LazyFiles(handles, lambda why: on_corrupt(meta_bytes, why))
+    return meta_bytes, Entry(key, files, meta, path, sum(size for size, _ in sizes.values()))
+
+
+def _read(key: str, path: pathlib.Path) -> tuple[Optional[bytes], Optional[Entry]]:
+    """(meta.json bytes, verified entry), (None, None) when absent; raises _Corrupt(reason, meta bytes)."""
+    meta_bytes, meta, sizes = _read_meta(key, path)
+    if meta is None:
+        return None, None
     files = {}
     for name, (size, sha) in sizes.items():
         try:

@@ -1,0 +1,73 @@
+"""Lazy entry reads (``EngineStore.get(lazy=True)``, used by warm starts): a file is read and checksummed only when
+first used, never handed out unverified, and an entry evicted meanwhile still serves what was published."""
+import hashlib
+import logging
+import shutil
+
+import pytest
+
+from hybrid_trt.engines.store import CorruptEntry, EngineStore
+
+from test_cache_isolation import run_child
+
+
+def _key(name: str) -> str:
+    return hashlib.sha256(name.encode()).hexdigest()
+
+
+def _entry_dir(root, key):
+    return root / "v1" / key[:2] / key
+
+
+def test_lazy_get_checks_each_file_when_first_used_and_removes_a_corrupt_entry(tmp_path, caplog):
+    store, key = EngineStore(tmp_path), _key("a")
+    store.put(key, {"engine.bin": b"e" * 100, "recipe.pt": b"r" * 100}, {"kind": "static"})
+    entry = store.get(key, lazy=True)
+    assert set(entry.files) == {"engine.bin", "recipe.pt"} and "recipe.pt" in entry.files
+    (_entry_dir(tmp_path, key) / "recipe.pt").write_bytes(b"x" * 100)  # same size: only the checksum can tell
+    assert entry.files["engine.bin"] == b"e" * 100
+    with caplog.at_level(logging.WARNING, logger="hybrid_trt"):
+        with pytest.raises(CorruptEntry, match="sha256"):
+            entry.files["recipe.pt"]
+    assert not _entry_dir(tmp_path, key).exists()  # removed, so the next compile rebuilds it
+    assert [r for r in caplog.records if r.levelno >= logging.WARNING and "corrupt" in r.getMessage()]
+    assert store.get(key) is None
+
+
+def test_lazy_get_checks_sizes_at_once(tmp_path):
+    store, key = EngineStore(tmp_path), _key("b")
+    store.put(key, {"engine.bin": b"e" * 100, "recipe.pt": b"r" * 100}, {"kind": "static"})
+    (_entry_dir(tmp_path, key) / "recipe.pt").write_bytes(b"r" * 10)  # truncated
+    assert store.get(key, lazy=True) is None and not _entry_dir(tmp_path, key).exists()
+
+
+def test_lazy_entry_evicted_after_get_still_serves_the_published_bytes(tmp_path):
+    store, key = EngineStore(tmp_path), _key("c")
+    store.put(key, {"recipe.pt": b"r" * 1000}, {"kind": "static"})
+    entry = store.get(key, lazy=True)
+    shutil.rmtree(_entry_dir(tmp_path, key))  # another process evicted it
+    assert entry.files["recipe.pt"] == b"r" * 1000
+
+
+def _files(tmp_path, name):
+    return sorted((tmp_path / "hybrid_trt" / "v1").glob(f"*/*/{name}"))
+
+
+def test_warm_start_reads_neither_recipe_nor_lowered_model_and_rebuilds_a_corrupt_engine(tmp_path):
+    cold = run_child(tmp_path, "hybrid_trt", "transformer")
+    assert cold["matches"] and cold["partitions"], cold["tables"]
+    recipes, lowered = _files(tmp_path, "recipe.pt"), _files(tmp_path, "engine.model.onnx")
+    assert recipes and lowered
+    for path in recipes + lowered:  # damaged, same size: a warm start that checksummed them would rebuild
+        path.write_bytes(bytes(b ^ 0xFF for b in path.read_bytes()))
+    warm = run_child(tmp_path, "hybrid_trt", "transformer")
+    assert warm["matches"] and warm["from_inductor_cache"] == [True], warm["tables"]
+    assert {s for p in warm["partitions"] for s in p["engines"]} == {"loaded"}, warm["tables"]
+
+    for path in _files(tmp_path, "engine.optimized.onnx"):  # the file a load does read
+        data = bytearray(path.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        path.write_bytes(bytes(data))
+    again = run_child(tmp_path, "hybrid_trt", "transformer")
+    assert again["matches"], again["tables"]
+    assert {s for p in again["partitions"] for s in p["engines"]} == {"built"}, again["tables"]
