@@ -36,8 +36,7 @@ TOLERANCE = conformance.TOLERANCE["float32"]
 def test_model_matches_eager_without_fallback(case, caplog):
     caplog.set_level(logging.WARNING, logger="hybrid_trt")
     torch.manual_seed(0)
-    model, args = case.make()
-    model.eval()
+    model, args = conformance.build(case)
     before = len(hybrid_trt.reports())
     with torch.no_grad():
         ref = model(*args)
