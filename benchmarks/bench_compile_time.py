@@ -9,6 +9,12 @@ the interpreter to that first output (imports included). Then the per-call laten
 of timed calls), which must not change between a cold and a warm process: keys are resolved at compile time, a
 call costs one dict lookup per delegated partition.
 
+The warm compile is split by Dynamo's own timers into what a warm start cannot skip and what the backend does:
+"dynamo" is Dynamo's frame compiles less the backend (tracing, guards), "backend" the time inside the backend
+(for a cache hit: graph key, engine loads, Inductor's AOTAutograd cache key and lookup), "rest" the remainder
+(the first run, frames Dynamo skips). A Dynamo-only reference (backend "eager", nothing to cache) and the time a
+fresh process spends hashing torch's and Triton's sources for Inductor's cache key are measured beside them.
+
     .venv/bin/python benchmarks/bench_compile_time.py [--models resnet18,detector,lidar] [--repeats 1]
 """
 from __future__ import annotations
@@ -50,6 +56,11 @@ def child(name: str, backend: str, iters: int) -> None:
         compiled = torch.compile(model, backend=backend, **compile_kwargs)
         out = compiled(*inputs)
         t1 = time.perf_counter()
+        # Dynamo's own timers up to the first output: frame compiles (tracing, backend, guards), backend calls
+        from torch._dynamo.utils import compilation_time_metrics as timers
+        frames_s = sum(timers.get("_compile.compile_inner", []))
+        backend_s = sum(timers.get("OutputGraph.call_user_compiler", []))
+        graphs = len(timers.get("OutputGraph.call_user_compiler", []))
         times = []
         for _ in range(iters):
             s = time.perf_counter()
@@ -58,7 +69,9 @@ def child(name: str, backend: str, iters: int) -> None:
     flat = lambda o: list(o) if isinstance(o, (tuple, list)) else [o]  # noqa: E731
     ok = all(torch.allclose(a.float(), b.float(), rtol=1e-3, atol=1e-3) for a, b in zip(flat(out), flat(expected)))
     result = {"compile_s": t1 - t0, "import_to_output_s": t1 - t_start, "call_ms": 1e3 * statistics.median(times),
-              "matches": ok, "wall_end": time.time()}
+              "matches": ok, "wall_end": time.time(), "trace_s": frames_s - backend_s,
+              "backend_s": backend_s, "rest_s": t1 - t0 - frames_s,
+              "graphs": graphs}
     if backend == "hybrid_trt":
         reports = hybrid_trt.reports()
         engines = [e for r in reports for p in r.partitions for e in p.engines]
@@ -66,6 +79,15 @@ def child(name: str, backend: str, iters: int) -> None:
                       engine_s=sum(e.seconds for e in engines),
                       from_inductor_cache=all(r.from_inductor_cache for r in reports))
     print("RESULT " + json.dumps(result))
+
+
+def source_hash_seconds() -> float:
+    """Inductor's cache key includes hashes of torch's and Triton's sources, computed once per process: a fresh
+    process's cost of that, on its own."""
+    code = ("import time, torch\nfrom torch._inductor import codecache\nt = time.perf_counter()\n"
+            "codecache.torch_key()\ncodecache.triton_key()\nprint(time.perf_counter() - t)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, check=True)
+    return float(proc.stdout.strip().splitlines()[-1])
 
 
 def run(name: str, backend: str, dirs: pathlib.Path, iters: int, threads: int) -> dict:
@@ -100,12 +122,14 @@ def main() -> None:
     print("| model | backend | cold compile s | warm compile s | warm/cold | cold process s | warm process s | "
           "engines cold -> warm | Inductor graph warm | call ms cold | call ms warm | matches |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    breakdown = []
     for name in args.models.split(","):
         for backend in ("hybrid_trt", "inductor"):
             with tempfile.TemporaryDirectory(prefix="bench_compile_") as tmp:
                 iters = args.iters if name != "lidar" else max(3, args.iters // 6)  # ~2 s per call on CPU
                 cold = run(name, backend, pathlib.Path(tmp), iters, args.threads)
                 warm = run(name, backend, pathlib.Path(tmp), iters, args.threads)
+            breakdown.append((name, backend, cold, warm))
             engines = (f"built {cold['built']} -> loaded {warm['loaded']}, built {warm['built']}"
                        if backend == "hybrid_trt" else "-")
             cached = ("from cache" if warm.get("from_inductor_cache") else "compiled") if backend == "hybrid_trt" \
@@ -114,6 +138,20 @@ def main() -> None:
                   f"{warm['compile_s'] / cold['compile_s']:.0%} | {cold['process_s']:.2f} | {warm['process_s']:.2f} | "
                   f"{engines} | {cached} | {cold['call_ms']:.2f} | {warm['call_ms']:.2f} | "
                   f"{cold['matches'] and warm['matches']} |", flush=True)
+        with tempfile.TemporaryDirectory(prefix="bench_compile_") as tmp:
+            iters = 1  # Dynamo alone: nothing is cached, so one process tells cold and warm
+            breakdown.append((name, "eager (Dynamo only)", None, run(name, "eager", pathlib.Path(tmp), iters,
+                                                                     args.threads)))
+    print("\nWarm compile split (s), Dynamo's timers: dynamo = frame compiles less the backend (tracing, guards), "
+          "backend = inside the backend, rest = first run and the remainder; Dynamo-only reference: backend "
+          "\"eager\".\n")
+    print("| model | backend | warm compile s | dynamo s | backend s | rest s | graphs |")
+    print("|---|---|---|---|---|---|---|")
+    for name, backend, _, warm in breakdown:
+        print(f"| {name} | {backend} | {warm['compile_s']:.2f} | {warm['trace_s']:.2f} | {warm['backend_s']:.2f} | "
+              f"{warm['rest_s']:.2f} | {warm['graphs']} |", flush=True)
+    print(f"\nHashing torch's and Triton's sources for Inductor's cache key, fresh process: "
+          f"{source_hash_seconds():.2f} s")
 
 
 if __name__ == "__main__":

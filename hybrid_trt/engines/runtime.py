@@ -13,9 +13,9 @@ Entries (all in ``EngineStore``, see ``store.py``):
 - a partition with symbolic sizes: the recipe under a partition key, and one entry per concrete input-shape
   signature under ``sha256(partition key, signature)``, so a stored shape loads without lowering it first.
 
-Loading reads an entry lazily (``EngineStore.get(lazy=True)``): the engine file the delegate loads is read and
-checksummed; the recipe only when a fallback or a new shape needs it, the lowered model only when the optimized
-one does not load.
+A warm start reads an entry lazily (``EngineStore.get(lazy=True)``): the engine file the delegate loads is read
+and checksummed; the recipe only when a fallback or a new shape needs it, the lowered model only when the
+optimized one does not load. A package load (``Policy.deploy``) verifies every file at once.
 """
 from __future__ import annotations
 
@@ -173,7 +173,9 @@ def load_runtime(key: str, store: EngineStore, device: Optional[torch.device], p
     """A runtime rebuilt from its store entry (None when absent, or not loadable here). ``device`` None: the
     device it was compiled for."""
     t0 = time.perf_counter()
-    entry = store.get(key, lazy=True)
+    # A warm start reads what it uses (lazy: each file verified on first use); a package load (deploy) promises
+    # that every file of the package was checked, so it verifies them all now.
+    entry = store.get(key, lazy=not policy.deploy)
     if entry is None:
         return None
     meta = entry.meta
