@@ -193,17 +193,19 @@ def _conv_act(x):
     return torch.softmax(torch.relu(h) + torch.sigmoid(h) * F.hardswish(h), 1)
 
 
-# ONNX Runtime's CPU MaxPool, GlobalMaxPool, ReduceMax and ArgMax do not propagate NaN: depending on its position
-# in the window a NaN is dropped (torch propagates it; argmax takes NaN as the maximum).
-_NAN_DROPPED = pytest.mark.xfail(strict=True, reason="ONNX Runtime max-pool/max-reductions drop NaN (torch keeps it)")
-
-
+# ONNX Runtime's MaxPool, ReduceMax and ArgMax alone drop a NaN depending on its position in the window; the
+# lowerings select NaN (argmax: the first NaN's index) where the window's NaN mask is set, as torch does.
 @pytest.mark.parametrize("fn", [
     pytest.param(_conv_act, id="conv_activations_softmax"),
     pytest.param(lambda x: torch.tanh(_CONV(x)).mean((-2, -1)) * 3 - 1, id="conv_mean"),
-    pytest.param(lambda x: F.max_pool2d(_CONV(x), 2) + 1, id="max_pool", marks=_NAN_DROPPED),
-    pytest.param(lambda x: torch.amax(_CONV(x), dim=(-2, -1)) + 1, id="amax", marks=_NAN_DROPPED),
-    pytest.param(lambda x: torch.argmax(_CONV(x).flatten(1), 1) + 1, id="argmax", marks=_NAN_DROPPED),
+    pytest.param(lambda x: F.max_pool2d(_CONV(x), 2) + 1, id="max_pool"),
+    pytest.param(lambda x: F.max_pool2d(_CONV(x), 3, 2, 1) + 1, id="max_pool_padded"),
+    pytest.param(lambda x: torch.amax(_CONV(x), dim=(-2, -1)) + 1, id="amax"),
+    pytest.param(lambda x: torch.amin(_CONV(x), dim=-1) + 1, id="amin"),
+    pytest.param(lambda x: torch.argmax(_CONV(x).flatten(1), 1) + 1, id="argmax"),
+    pytest.param(lambda x: torch.argmin(_CONV(x).flatten(2), 2) + 1, id="argmin"),
+    pytest.param(lambda x: torch.max(_CONV(x), -1)[1] + 1, id="max_dim_indices"),
+    pytest.param(lambda x: torch.min(_CONV(x), -1)[0] + 1, id="min_dim_values"),
 ])
 def test_nan_and_inf_inputs_match_eager(fn):
     x = _non_finite((2, 3, 8, 8))

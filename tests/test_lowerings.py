@@ -85,6 +85,19 @@ def C(*args, **kwargs):
 
 
 X4 = lambda seed=0: rn(2, 3, 6, 6, seed=seed)  # noqa: E731
+
+
+def with_nan(x, *flat_positions):
+    """``x`` with NaN at these flat indices (first, last, inner, several in one window/line): ONNX Runtime's
+    max-type pools and reductions skip a NaN depending on its position, ATen propagates it."""
+    x = x.clone()
+    x.view(-1)[list(flat_positions)] = float("nan")
+    x.view(-1)[7] = -float("inf")
+    return x
+
+
+NAN3 = lambda: with_nan(X3(), 0, 4, 6, 12, 13, 19, 25, 39)  # noqa: E731
+NAN4 = lambda: with_nan(X4(), 0, 5, 14, 15, 20, 35, 36, 43, 71, 100, 107, 215)  # noqa: E731
 X3 = lambda seed=0: rn(2, 4, 5, seed=seed)  # noqa: E731
 F64 = torch.float64
 
@@ -255,7 +268,11 @@ SAMPLES: dict[Any, list[Case]] = {
     aten.max_pool2d_with_indices.default: [
         C(T(X4()), [3, 3], [2, 2], [1, 1], outputs=(0,)),
         C(T(X4()), [2, 2], [2, 2], [0, 0], [1, 1], True, outputs=(0,), id="ceil"),
-        C(T(X4()), [2, 2], outputs=(0,), id="defaults")],
+        C(T(X4()), [2, 2], outputs=(0,), id="defaults"),
+        C(T(NAN4()), [3, 3], [2, 2], [1, 1], outputs=(0,), id="nan_padded"),
+        C(T(NAN4()), [2, 2], [2, 2], [0, 0], [1, 1], True, outputs=(0,), id="nan_ceil"),
+        C(T(NAN4()), [2, 2], [1, 1], outputs=(0,), id="nan_overlapping"),
+        C(T(NAN4().to(F64)), [3, 3], [1, 1], [1, 1], [2, 2], outputs=(0,), id="nan_dilated_f64")],
     aten.avg_pool2d.default: [C(T(X4()), [2, 2], [2, 2]),
                               C(T(X4()), [3, 3], [1, 1], [1, 1], False, False, id="pad_exclude"),
                               C(T(X4()), [3, 3], [2, 2], [1, 1], False, True, id="pad_include")],
@@ -266,12 +283,18 @@ SAMPLES: dict[Any, list[Case]] = {
     aten.sum.default: [C(T(X3()))],
     aten.mean.dim: [C(T(X3()), [-1], True), C(T(X3()), [0, 2], id="two_dims")],
     aten.mean.default: [C(T(X3()))],
-    aten.amax.default: [C(T(X3()), [1]), C(T(ri(3, 4)), [0, 1], True, id="int64_keepdim")],
-    aten.amin.default: [C(T(X3()), [2], True)],
-    aten.max.dim: [C(T(X3()), 1, outputs=(0, 1)), C(T(X3()), -1, True, outputs=(0, 1), id="keepdim")],
-    aten.min.dim: [C(T(X3()), 2, outputs=(0, 1))],
-    aten.argmax.default: [C(T(X3()), 1), C(T(X3()), -1, True, id="keepdim")],
-    aten.argmin.default: [C(T(X3()), 0)],
+    aten.amax.default: [C(T(X3()), [1]), C(T(ri(3, 4)), [0, 1], True, id="int64_keepdim"),
+                        C(T(NAN3()), [1], id="nan"), C(T(NAN3()), [0, 2], True, id="nan_two_dims"),
+                        C(T(NAN3()), [], id="nan_all")],
+    aten.amin.default: [C(T(X3()), [2], True), C(T(NAN3()), [2], True, id="nan"),
+                        C(T(NAN3().to(F64)), [0], id="nan_f64")],
+    aten.max.dim: [C(T(X3()), 1, outputs=(0, 1)), C(T(X3()), -1, True, outputs=(0, 1), id="keepdim"),
+                   C(T(NAN3()), 1, outputs=(0, 1), id="nan"), C(T(NAN3()), -1, True, outputs=(0, 1), id="nan_keepdim")],
+    aten.min.dim: [C(T(X3()), 2, outputs=(0, 1)), C(T(NAN3()), 2, outputs=(0, 1), id="nan"),
+                   C(T(NAN3()), 0, outputs=(0, 1), id="nan_dim0")],
+    aten.argmax.default: [C(T(X3()), 1), C(T(X3()), -1, True, id="keepdim"), C(T(NAN3()), 1, id="nan"),
+                          C(T(NAN3()), -1, True, id="nan_keepdim")],
+    aten.argmin.default: [C(T(X3()), 0), C(T(NAN3()), 0, id="nan"), C(T(NAN3()), 2, id="nan_dim2")],
     aten.var_mean.correction: [C(T(X3()), [1], correction=1, outputs=(0, 1)),
                                C(T(X3()), [2], correction=0, keepdim=True, outputs=(0, 1), id="biased_keepdim")],
     aten.var.correction: [C(T(X3()), [2], correction=1), C(T(X3()), None, correction=0, id="all")],

@@ -33,18 +33,9 @@ def ci_results():
     return results, time.perf_counter() - t0
 
 
-# ONNX Runtime's ArgMax/ArgMin/ReduceMax/ReduceMin skip NaN where ATen propagates it: a difference that depends on
-# the values, so no compile-time check can decline it. Open defect of the reduction lowerings (README, Status).
-NAN_SKIPPING = ("aten.argmax", "aten.argmin", "aten.amax", "aten.amin", "aten.max.dim", "aten.min.dim")
-
-
-def _known_nan_difference(r) -> bool:
-    return r.has_nan and "differs from eager" in r.detail and any(op in r.detail for op in NAN_SKIPPING)
-
-
 def test_every_opinfo_sample_matches_or_is_declined_at_compile_time(ci_results):
     results, seconds = ci_results
-    failed = [r.line() for r in results if r.status == "failed" and not _known_nan_difference(r)]
+    failed = [r.line() for r in results if r.status == "failed"]
     assert not failed, f"{len(failed)} OpInfo samples failed through the delegate:\n" + "\n".join(failed)
     print(f"\n{oc.summarise(results).splitlines()[0]} in {seconds:.0f} s")
 

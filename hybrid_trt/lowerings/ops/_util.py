@@ -40,3 +40,19 @@ def reshape(ctx, name: str, shape) -> str:
     ``allowzero`` is set; here every entry is an exact size, zero-size dimensions included."""
     shape = [int(s) for s in shape]
     return ctx.op("Reshape", name, ctx.ints(shape), allowzero=1 if 0 in shape else None)
+
+
+# ONNX Runtime's MaxPool, ReduceMax/ReduceMin and ArgMax/ArgMin skip a NaN or not depending on where it sits in
+# the window, while ATen propagates it (arg-reductions: the index of the first NaN). So the NaN mask is reduced
+# with the same window alongside the values, and where it is set the ATen answer is selected.
+def nan_mask(ctx, x: str, dtype: torch.dtype) -> str:
+    """1 where ``x`` is NaN, else 0, in ``x``'s float dtype, so the values' own pooling/reduction op applies to it
+    (MaxPool's padding never counts, so padding cannot create a NaN)."""
+    return ctx.cast(ctx.op("IsNaN", x), dtype)
+
+
+def where_nan(ctx, reduced_mask: str, dtype: torch.dtype, if_nan: str | None, otherwise: str) -> str:
+    """``if_nan`` (default: NaN) where the max-reduced NaN mask is set, else ``otherwise``."""
+    if if_nan is None:
+        if_nan = ctx.const(float("nan"), dtype)
+    return ctx.op("Where", ctx.op("Greater", reduced_mask, ctx.const(0.0, dtype)), if_nan, otherwise)

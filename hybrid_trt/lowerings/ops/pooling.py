@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 from ..registry import FLOAT, lowering
-from ._util import only_first_output_used
+from ._util import nan_mask, only_first_output_used, where_nan
 
 aten = torch.ops.aten
 
@@ -34,9 +34,11 @@ def lower_max_pool2d(ctx, node):
     args = list(node.args) + [None] * (6 - len(node.args))
     x, kernel, stride, padding, dilation, ceil_mode = args[:6]
     dilation = _pair(ctx.arg(dilation)) if dilation is not None else [1, 1]
-    out = ctx.op("MaxPool", ctx.input(x), **_window(ctx, kernel, stride, padding), dilations=dilation,
-                 ceil_mode=int(bool(ceil_mode)))
-    return (out, None)
+    attrs = dict(_window(ctx, kernel, stride, padding), dilations=dilation, ceil_mode=int(bool(ceil_mode)))
+    xin, dtype = ctx.input(x), ctx.dtype(x)
+    out = ctx.op("MaxPool", xin, **attrs)
+    nan_in_window = ctx.op("MaxPool", nan_mask(ctx, xin, dtype), **attrs)
+    return (where_nan(ctx, nan_in_window, dtype, None, out), None)
 
 
 def _check_avg_pool(node):

@@ -4,14 +4,19 @@ from __future__ import annotations
 import torch
 
 from ..registry import FLOAT, NUMERIC, lowering
-from ._util import dims
+from ._util import dims, nan_mask, where_nan
 
 aten = torch.ops.aten
 
 
+def _axes(ctx, x, dim) -> list[int]:
+    rank = len(ctx.shape(x))
+    return dims(ctx.arg(dim) if dim is not None else None, rank) if dim not in (None, []) else list(range(rank))
+
+
 def _reduce(ctx, op_type, x, dim, keepdim, dtype=None):
     rank = len(ctx.shape(x))
-    axes = dims(ctx.arg(dim) if dim is not None else None, rank) if dim not in (None, []) else list(range(rank))
+    axes = _axes(ctx, x, dim)
     x = ctx.input(x, dtype)
     if rank == 0:
         return ctx.op("Identity", x)
@@ -44,9 +49,15 @@ def lower_mean(ctx, node):
 @lowering(aten.amax.default, aten.amin.default, dtypes=NUMERIC)
 def lower_amax_amin(ctx, node):
     op_type = "ReduceMax" if node.target is aten.amax.default else "ReduceMin"
+    x = node.args[0]
     dim = node.args[1] if len(node.args) > 1 else []
     keepdim = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
-    return _reduce(ctx, op_type, node.args[0], dim, keepdim)
+    values = _reduce(ctx, op_type, x, dim, keepdim)
+    if not ctx.dtype(x).is_floating_point or not ctx.shape(x):
+        return values
+    has_nan = ctx.op("ReduceMax", nan_mask(ctx, ctx.input(x), ctx.dtype(x)), axes=_axes(ctx, x, dim),
+                     keepdims=int(bool(keepdim)))
+    return where_nan(ctx, has_nan, ctx.dtype(x), None, values)
 
 
 def _check_not_0d(node):
@@ -71,7 +82,19 @@ def lower_max_min_dim(ctx, node):
     axis = dims(ctx.arg(dim), len(ctx.shape(x)))[0]
     values = _reduce(ctx, "ReduceMax" if is_max else "ReduceMin", x, [axis], keepdim)
     indices = ctx.op("ArgMax" if is_max else "ArgMin", ctx.input(x), axis=axis, keepdims=int(bool(keepdim)))
-    return (values, indices)
+    if not ctx.dtype(x).is_floating_point:
+        return (values, indices)
+    has_nan, first_nan = _nan_along(ctx, x, axis, keepdim)
+    dtype = ctx.dtype(x)
+    return (where_nan(ctx, has_nan, dtype, None, values), where_nan(ctx, has_nan, dtype, first_nan, indices))
+
+
+def _nan_along(ctx, x, axis: int, keepdim) -> tuple[str, str]:
+    """(whether the reduced line holds a NaN, index of its first NaN) for a reduction along ``axis``: ATen's
+    max/min/argmax/argmin answer NaN at the first NaN's index (ArgMax takes the first of equal maxima)."""
+    mask = nan_mask(ctx, ctx.input(x), ctx.dtype(x))
+    keep = int(bool(keepdim))
+    return ctx.op("ReduceMax", mask, axes=[axis], keepdims=keep), ctx.op("ArgMax", mask, axis=axis, keepdims=keep)
 
 
 def _check_arg(node):
@@ -85,7 +108,11 @@ def lower_argmax(ctx, node):
     keepdim = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
     axis = dims(ctx.arg(dim), len(ctx.shape(x)))[0]
     op_type = "ArgMax" if node.target is aten.argmax.default else "ArgMin"
-    return ctx.op(op_type, ctx.input(x), axis=axis, keepdims=int(bool(keepdim)))
+    indices = ctx.op(op_type, ctx.input(x), axis=axis, keepdims=int(bool(keepdim)))
+    if not ctx.dtype(x).is_floating_point:
+        return indices
+    has_nan, first_nan = _nan_along(ctx, x, axis, keepdim)
+    return where_nan(ctx, has_nan, ctx.dtype(x), first_nan, indices)
 
 
 @lowering(aten.var_mean.correction, aten.var.correction, dtypes=FLOAT, check=_check_nonempty)
