@@ -89,13 +89,56 @@ def _tv_video(name: str, frames: int = 4, size: int = 56, **kw) -> Case:
     return Case(f"tv_{name}", "torchvision", "video", make, f"1x3x{frames}x{size}x{size}")
 
 
-def _tv_det(name: str, size: int = 160, note: str = "", **kw) -> Case:
+def _tv_det(name: str, size: int = 160, detections: int = 20, **kw) -> Case:
+    """A torchvision detector that keeps every box (score threshold 0) and the ``detections`` best after NMS. With
+    random weights the scores sit near the heads' prior (~0.01), below the default thresholds: without this, eager
+    and compiled would both return no box and the comparison would check nothing."""
+    keep = _keep_all(name, detections)
+    kw = {**keep, **kw}
+
     def make():
         import torch
         import torchvision
         model = torchvision.models.get_model(name, weights=None, weights_backbone=None, **kw)
         return model, ([torch.rand(3, size, size)],)
+    note = f"score threshold 0, at most {detections} detections (random weights keep no box at the defaults)"
     return Case(f"tv_{name}", "torchvision", "detector", make, f"[3x{size}x{size}]", note)
+
+
+def _keep_all(name: str, detections: int) -> dict:
+    """torchvision's keyword names for the score threshold and the detections kept, per detector family."""
+    if "rcnn" in name:
+        return dict(box_score_thresh=0.0, box_detections_per_img=detections)
+    if name.startswith(("retinanet", "fcos", "ssd")):
+        return dict(score_thresh=0.0, detections_per_img=detections)
+    raise ValueError(f"{name}: say which keywords set its score threshold and detections per image")
+
+
+# Submodules of a detector whose outputs are dense functions of the image (features, per-anchor logits and box
+# deltas before any threshold, top-k or NMS). They are compared leaf by leaf like a classifier's output: the
+# detection sets alone are a weak check (random weights give near-equal scores, and a wrong feature map can still
+# yield boxes within tolerance).
+DENSE_TAPS = ("backbone", "head", "rpn.head")
+
+
+def tap_dense(model) -> list:
+    """Hooks that append (name, output) of each DENSE_TAPS submodule the model has to the returned list at every
+    call, eager or compiled (Dynamo traces the hooks, so the compiled graph's own values are recorded)."""
+    store: list = []
+    for name in DENSE_TAPS:
+        try:
+            mod = model.get_submodule(name)
+        except AttributeError:
+            continue
+        mod.register_forward_hook(lambda m, i, o, name=name: store.append((name, o)))
+    return store
+
+
+def take_dense(store: list) -> dict:
+    """The outputs recorded since the last take, keyed by submodule; the store is emptied."""
+    out = {name: o for name, o in store}
+    store.clear()
+    return out
 
 
 def _timm(name: str, size: int = 64, **kw) -> Case:
@@ -107,10 +150,6 @@ def _timm(name: str, size: int = 64, **kw) -> Case:
 
 
 _DET_SMALL = dict(min_size=160, max_size=160)
-# With random weights, Faster/Mask R-CNN and FCOS keep no box at their default score thresholds, which would make
-# the comparison vacuous: keep every box, and the 50 best after NMS.
-_KEEP_ALL_RCNN = dict(box_score_thresh=0.0, box_detections_per_img=50)
-_KEEP_ALL_NOTE = "score threshold 0, 50 detections (random weights keep no box at the default threshold)"
 
 CASES: list[Case] = [
     # torchvision classifiers
@@ -134,11 +173,10 @@ CASES: list[Case] = [
     _tv_seg("deeplabv3_resnet50"),
     # torchvision detectors (data-dependent post-processing: graph breaks, NMS, top-k)
     _tv_det("ssdlite320_mobilenet_v3_large", size=160),
-    _tv_det("fasterrcnn_mobilenet_v3_large_320_fpn", note=_KEEP_ALL_NOTE, **_DET_SMALL, **_KEEP_ALL_RCNN),
+    _tv_det("fasterrcnn_mobilenet_v3_large_320_fpn", **_DET_SMALL),
     _tv_det("retinanet_resnet50_fpn", **_DET_SMALL),
-    _tv_det("fcos_resnet50_fpn", note="score threshold 0, 50 detections (random weights keep no box otherwise)",
-            score_thresh=0.0, detections_per_img=50, **_DET_SMALL),
-    _tv_det("fasterrcnn_resnet50_fpn", note=_KEEP_ALL_NOTE, **_DET_SMALL, **_KEEP_ALL_RCNN),
+    _tv_det("fcos_resnet50_fpn", **_DET_SMALL),
+    _tv_det("fasterrcnn_resnet50_fpn", **_DET_SMALL),
     _tv_det("ssd300_vgg16", size=160),
     _tv_det("maskrcnn_resnet50_fpn", **_DET_SMALL),
     # torchvision video
@@ -237,7 +275,10 @@ def _compare_detections(out, ref, tol: float) -> dict:
     """Per image: the same number of detections, and each detection pairs with an eager one of the same label whose
     score, box (and mask) are within tolerance. Equal scores make the order arbitrary, so order is not compared."""
     import torch
-    worst = {"abs": 0.0, "rel": 0.0, "problem": None}
+    worst = {"abs": 0.0, "rel": 0.0, "problem": None, "detections": sum(len(r["scores"]) for r in ref)}
+    if worst["detections"] == 0:  # both sides empty would "match" whatever the compiled model computes
+        return {**worst, "problem": "eager gave no detection, so the comparison checks nothing: lower the score "
+                                    "threshold (score_thresh / box_score_thresh = 0)"}
     if len(out) != len(ref):
         return {**worst, "problem": f"{len(out)} images vs eager {len(ref)}"}
     for img, (d, r) in enumerate(zip(out, ref)):
@@ -321,12 +362,22 @@ def run_worker(name: str, device: str, dtype_name: str, latency_s: float) -> dic
     model, args = build(case)
     model = model.to(device=device, dtype=dtype)
     args = _to(args, device, dtype)
+    taps = tap_dense(model) if case.kind == "detector" else None
     tol = TOLERANCE[dtype_name]
+
+    def check(out, dense_ref):  # the output, and for detectors also the dense outputs recorded during the call
+        result = compare(out, ref, tol)
+        if dense_ref:
+            dense = take_dense(taps)
+            result["dense"] = {**compare(dense, dense_ref, tol), "names": list(dense_ref)}
+        return result
+
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     fns = {}
     with torch.no_grad():
         _stage("eager")
         ref = model(*args)
+        ref_dense = take_dense(taps) if taps is not None else None
         fns["eager"] = model
 
         _stage("hybrid_trt compile (first call)")
@@ -337,10 +388,10 @@ def run_worker(name: str, device: str, dtype_name: str, latency_s: float) -> dic
             out1 = hybrid(*args)
             sync()
             res["hybrid_compile_s"] = time.perf_counter() - t0
+            first = check(out1, ref_dense)
             _stage("hybrid_trt second call")
-            out2 = hybrid(*args)
-            first, second = compare(out1, ref, tol), compare(out2, ref, tol)
-            res["hybrid"] = max(first, second, key=lambda c: (c["problem"] is not None, c["rel"]))
+            second = check(hybrid(*args), ref_dense)
+            res["hybrid"] = max(first, second, key=_badness)
             fns["hybrid_trt"] = hybrid
         except Exception as e:  # recorded, with where it happened
             res["hybrid_error"] = _error(e)
@@ -353,7 +404,7 @@ def run_worker(name: str, device: str, dtype_name: str, latency_s: float) -> dic
             out_i = inductor(*args)
             sync()
             res["inductor_compile_s"] = time.perf_counter() - t0
-            res["inductor"] = compare(out_i, ref, tol)
+            res["inductor"] = check(out_i, ref_dense)
             fns["inductor"] = inductor
         except Exception as e:
             res["inductor_error"] = _error(e)
@@ -361,8 +412,16 @@ def run_worker(name: str, device: str, dtype_name: str, latency_s: float) -> dic
         _collect_reports(res, hybrid_trt.reports()[n_reports:])
         res["warnings"] = list(warnings.messages)
         print(MARKER + json.dumps(res), flush=True)  # kept if the time limit strikes while timing
-        _stage("latency")
-        res["latency_ms"] = _latency(fns, args, sync, latency_s)
+        if "hybrid_trt" not in fns:
+            # Nothing to time against; and after a CUDA error (illegal address, device assert) the context is
+            # unusable, so even eager would raise here and hide the first error behind an exit code.
+            res["latency_note"] = "not timed: hybrid_trt failed"
+        else:
+            _stage("latency")
+            try:
+                res["latency_ms"] = _latency(fns, args, sync, latency_s, between=taps.clear if taps else None)
+            except Exception as e:
+                res["latency_error"] = _error(e)
     # Events recorded after the first calls (fallbacks at run time) are in the same report objects.
     _collect_reports(res, hybrid_trt.reports()[n_reports:])
     res["warnings"] = warnings.messages
@@ -381,11 +440,19 @@ def _to(args, device, dtype):
 
 
 def _error(e: BaseException) -> str:
+    """The exception and where: the innermost hybrid_trt frame and the last frames of the traceback."""
     import traceback
     tb = traceback.extract_tb(e.__traceback__)
     where = next((f"{os.path.relpath(f.filename, ROOT)}:{f.lineno}" for f in reversed(tb)
-                  if "hybrid_trt" in f.filename), f"{tb[-1].filename}:{tb[-1].lineno}" if tb else "?")
-    return f"{type(e).__name__}: {str(e).strip()[:600]} (at {where})"
+                  if "hybrid_trt" in f.filename), "?")
+    tail = " <- ".join(f"{os.path.basename(f.filename)}:{f.lineno} {f.name}" for f in reversed(tb[-3:]))
+    return f"{type(e).__name__}: {str(e).strip()[:600]} (at {where}; traceback tail: {tail})"
+
+
+def _badness(result: dict) -> tuple:
+    """Orders comparison results, worst last: a problem (of the output or of the dense outputs), then the error."""
+    dense = result.get("dense") or {}
+    return (result["problem"] is not None or dense.get("problem") is not None, result["rel"], dense.get("rel", 0.0))
 
 
 def _collect_reports(res: dict, reports: list) -> None:
@@ -407,9 +474,10 @@ def _collect_reports(res: dict, reports: list) -> None:
                reasons=reasons.most_common(), events=events)
 
 
-def _latency(fns: dict, args, sync, budget_s: float) -> dict:
+def _latency(fns: dict, args, sync, budget_s: float, between: Optional[Callable] = None) -> dict:
     """Median ms per variant; rounds call each variant once, in turn, until the budget is spent (at least 3
-    rounds, at most 300), so a load change on the machine hits every variant alike."""
+    rounds, at most 300), so a load change on the machine hits every variant alike. ``between`` runs after each
+    timed call, outside the timing (it empties the dense-output taps)."""
     for fn in fns.values():  # warm-up (the compiled variants already ran twice)
         fn(*args)
     sync()
@@ -422,6 +490,8 @@ def _latency(fns: dict, args, sync, budget_s: float) -> dict:
             fn(*args)
             sync()
             times[v].append(time.perf_counter() - t0)
+            if between:
+                between()
         rounds += 1
     return {v: statistics.median(s) * 1e3 for v, s in times.items()}
 
@@ -472,29 +542,55 @@ def _last_stage(path: str) -> str:
 
 
 def _tail(path: str) -> str:
+    """What the worker's log says about why it died: the last Python traceback (its exception line and innermost
+    frames) when there is one, else the last line. Lines a dying CUDA context prints at teardown (CUDAEvent
+    warnings) come after the traceback and say nothing about the cause."""
     with open(path, errors="replace") as f:
-        lines = [ln.strip() for ln in f if ln.strip() and not ln.startswith("[stage]")]
-    return lines[-1][:400] if lines else "no output"
+        lines = [ln.rstrip() for ln in f if ln.strip() and not ln.startswith("[stage]")]
+    if not lines:
+        return "no output"
+    starts = [i for i, ln in enumerate(lines) if ln.startswith("Traceback (most recent call last)")]
+    if not starts:
+        return lines[-1].strip()[:400]
+    block = lines[starts[-1] + 1:]
+    frames = [ln.strip() for ln in block if ln.startswith('  File "')]
+    exc = next((ln.strip() for ln in block if not ln.startswith(" ") and not ln.startswith("[W")), block[-1].strip())
+    return f"{exc[:600]} (traceback tail: {' <- '.join(reversed(frames[-3:]))[:400]})"
 
 
 def verdict(row: dict) -> tuple[str, str]:
     """(status, explanation) of one row: ok | MISMATCH | FAILED | ...; slower-than-both rows are explained."""
+    if "hybrid_error" in row:  # first: a later fatal exit is often only its consequence (a broken CUDA context)
+        return "FAILED", "; ".join([f"hybrid_trt: {row['hybrid_error']}"] + ([row["fatal"]] if "fatal" in row else []))
     if "fatal" in row:
         return "FAILED", row["fatal"]
-    if "hybrid_error" in row:
-        return "FAILED", f"hybrid_trt: {row['hybrid_error']}"
     h, ind = row["hybrid"], row.get("inductor")
     tol = TOLERANCE[row["dtype"]]
     notes = []
     runtime_fallbacks = [e for e in row.get("events", []) if "fell back" in e or "FX graph" in e]
     if runtime_fallbacks:
         notes.append("fallbacks: " + "; ".join(runtime_fallbacks)[:300])
+    dense, ind_dense = h.get("dense"), (ind or {}).get("dense")
+    if dense:
+        ind_note = f", Inductor's {ind_dense['rel']:.1e}" if ind_dense and not ind_dense["problem"] else ""
+        notes.insert(0, f"dense outputs ({', '.join(dense['names'])}): rel err {dense['rel']:.1e} "
+                        f"(abs {dense['abs']:.1e}){ind_note}")
+    if "detections" in h:
+        notes.insert(0, f"eager: {h['detections']} detections")
     if h["problem"]:
         return "MISMATCH", "; ".join([h["problem"]] + notes)
+    if dense and dense["problem"]:
+        return "MISMATCH", "; ".join([f"dense outputs: {dense['problem']}"] + notes)
     ind_rel = ind["rel"] if ind and not ind["problem"] else 0.0
     if h["rel"] > max(tol, 2 * ind_rel):
         return "MISMATCH", "; ".join([f"rel err {h['rel']:.2e} > tol {tol:g} and > 2x Inductor's {ind_rel:.2e}"]
                                      + notes)
+    ind_dense_rel = ind_dense["rel"] if ind_dense and not ind_dense["problem"] else 0.0
+    if dense and dense["rel"] > max(tol, 2 * ind_dense_rel):
+        return "MISMATCH", "; ".join([f"dense outputs: rel err {dense['rel']:.2e} > tol {tol:g} and > 2x "
+                                      f"Inductor's {ind_dense_rel:.2e}"] + notes)
+    if "latency_error" in row:
+        notes.append(f"latency phase failed: {row['latency_error']}")
     lat = row.get("latency_ms", {})
     status = "fallback" if runtime_fallbacks else "ok"
     if "latency_note" in row:
@@ -676,7 +772,8 @@ def _write(path: str, header: list, rows: list) -> None:
     summary = "- summary: " + ", ".join(f"{n} {s}" for s, n in counts.most_common())
     details = ["", "## Failures and fallbacks in full", ""]
     for r in rows:
-        full = [r.get("fatal"), r.get("hybrid_error"), r.get("inductor_error") and f"Inductor: {r['inductor_error']}"]
+        full = [r.get("fatal"), r.get("hybrid_error"), r.get("inductor_error") and f"Inductor: {r['inductor_error']}",
+                r.get("latency_error") and f"latency: {r['latency_error']}"]
         full += r.get("events", [])
         full = [f for f in full if f and not r.get("skipped")]
         if full:

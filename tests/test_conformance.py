@@ -26,8 +26,7 @@ CASES = [
     conformance._timm("convnext_atto", size=32),
     conformance._timm("vit_tiny_patch16_224", size=32, img_size=32),
     conformance._tv_seg("lraspp_mobilenet_v3_large", size=64),
-    conformance._tv_det("fasterrcnn_mobilenet_v3_large_320_fpn", size=64, min_size=64, max_size=64,
-                        box_score_thresh=0.0, box_detections_per_img=20),
+    conformance._tv_det("fasterrcnn_mobilenet_v3_large_320_fpn", size=64, min_size=64, max_size=64),
 ]
 TOLERANCE = conformance.TOLERANCE["float32"]
 
@@ -37,16 +36,30 @@ def test_model_matches_eager_without_fallback(case, caplog):
     caplog.set_level(logging.WARNING, logger="hybrid_trt")
     torch.manual_seed(0)
     model, args = conformance.build(case)
+    # A detector's boxes are a weak check on random weights (near-equal scores); its dense outputs (features,
+    # per-anchor logits before NMS) are compared too, as recorded during each call.
+    taps = conformance.tap_dense(model) if case.kind == "detector" else None
     before = len(hybrid_trt.reports())
     with torch.no_grad():
         ref = model(*args)
+        ref_dense = conformance.take_dense(taps) if taps is not None else None
         fast = torch.compile(model, backend="hybrid_trt")
-        outs = [fast(*args), fast(*args)]  # the first call compiles; the second runs what was built
+        outs, dense = [], []
+        for _ in range(2):  # the first call compiles; the second runs what was built
+            outs.append(fast(*args))
+            dense.append(conformance.take_dense(taps) if taps is not None else None)
     reports = hybrid_trt.reports()[before:]
+    if case.kind == "detector":
+        assert sum(len(d["scores"]) for d in ref) > 0, "eager gave no detection: the comparison would be vacuous"
+        assert set(ref_dense) >= {"backbone"} and len(ref_dense) >= 2, ref_dense.keys()
     for i, out in enumerate(outs):
         result = conformance.compare(out, ref, TOLERANCE)
         assert result["problem"] is None, f"call {i}: {result['problem']}"
         assert result["rel"] <= TOLERANCE, f"call {i}: relative error {result['rel']:.2e} > {TOLERANCE}"
+        if taps is not None:
+            result = conformance.compare(dense[i], ref_dense, TOLERANCE)
+            assert result["problem"] is None, f"call {i}, dense outputs: {result['problem']}"
+            assert result["rel"] <= TOLERANCE, f"call {i}, dense outputs: rel error {result['rel']:.2e}"
     events = [e for r in reports for p in r.partitions for e in p.events]
     assert not events, events
     assert all(p.status == "delegated" for r in reports for p in r.partitions)
@@ -78,3 +91,5 @@ def test_detection_comparison_accepts_only_swaps_among_ties_at_the_cutoff():
     assert check(boxes[[0, 1, 3]], [0.9, 0.5, 0.5], [1, 2, 3])          # a label changed
     assert check(boxes[[0, 1, 2]], [0.9, 0.5, 0.49], [1, 2, 2])         # a score changed
     assert check(boxes[:2], [0.9, 0.5], [1, 2])                         # a detection lost
+    empty = [{"boxes": torch.zeros(0, 4), "scores": torch.zeros(0), "labels": torch.zeros(0, dtype=torch.long)}]
+    assert "no detection" in conformance.compare(empty, empty, TOLERANCE)["problem"]  # vacuous: both empty
