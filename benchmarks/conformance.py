@@ -121,24 +121,35 @@ def _keep_all(name: str, detections: int) -> dict:
 DENSE_TAPS = ("backbone", "head", "rpn.head")
 
 
-def tap_dense(model) -> list:
-    """Hooks that append (name, output) of each DENSE_TAPS submodule the model has to the returned list at every
-    call, eager or compiled (Dynamo traces the hooks, so the compiled graph's own values are recorded)."""
-    store: list = []
-    for name in DENSE_TAPS:
-        try:
-            mod = model.get_submodule(name)
-        except AttributeError:
-            continue
-        mod.register_forward_hook(lambda m, i, o, name=name: store.append((name, o)))
-    return store
+class DenseTaps:
+    """Forward hooks that record (name, output) of each DENSE_TAPS submodule a model has at every call, eager or
+    compiled (Dynamo traces the hooks, so the compiled graph's own values are recorded).
 
+    Only for the correctness phase: the hooks change what Dynamo captures (graph breaks, recompiles as the store
+    changes), so a model is timed and its partitions counted only after ``remove()`` and a fresh compile."""
 
-def take_dense(store: list) -> dict:
-    """The outputs recorded since the last take, keyed by submodule; the store is emptied."""
-    out = {name: o for name, o in store}
-    store.clear()
-    return out
+    def __init__(self, model):
+        self.store: list = []
+        self.handles = []
+        for name in DENSE_TAPS:
+            try:
+                mod = model.get_submodule(name)
+            except AttributeError:
+                continue
+            self.handles.append(mod.register_forward_hook(
+                lambda m, i, o, name=name: self.store.append((name, o))))
+
+    def take(self) -> dict:
+        """The outputs recorded since the last take, keyed by submodule; the store is emptied."""
+        out = {name: o for name, o in self.store}
+        self.store.clear()
+        return out
+
+    def remove(self) -> None:
+        for h in self.handles:
+            h.remove()
+        self.handles.clear()
+        self.store.clear()
 
 
 def _timm(name: str, size: int = 64, **kw) -> Case:
@@ -362,13 +373,13 @@ def run_worker(name: str, device: str, dtype_name: str, latency_s: float) -> dic
     model, args = build(case)
     model = model.to(device=device, dtype=dtype)
     args = _to(args, device, dtype)
-    taps = tap_dense(model) if case.kind == "detector" else None
+    taps = DenseTaps(model) if case.kind == "detector" else None
     tol = TOLERANCE[dtype_name]
 
     def check(out, dense_ref):  # the output, and for detectors also the dense outputs recorded during the call
         result = compare(out, ref, tol)
         if dense_ref:
-            dense = take_dense(taps)
+            dense = taps.take()
             result["dense"] = {**compare(dense, dense_ref, tol), "names": list(dense_ref)}
         return result
 
@@ -377,11 +388,13 @@ def run_worker(name: str, device: str, dtype_name: str, latency_s: float) -> dic
     with torch.no_grad():
         _stage("eager")
         ref = model(*args)
-        ref_dense = take_dense(taps) if taps is not None else None
+        ref_dense = taps.take() if taps is not None else None
         fns["eager"] = model
 
+        # Correctness: compiled with the dense-output hooks when the model has them.
         _stage("hybrid_trt compile (first call)")
         n_reports = len(hybrid_trt.reports())
+        counted_from = n_reports  # reports whose op counts and partitions go in the table
         hybrid = torch.compile(model, backend="hybrid_trt")
         t0 = time.perf_counter()
         try:
@@ -410,6 +423,8 @@ def run_worker(name: str, device: str, dtype_name: str, latency_s: float) -> dic
             res["inductor_error"] = _error(e)
 
         _collect_reports(res, hybrid_trt.reports()[n_reports:])
+        if taps is not None:
+            res["ops_note"] = "op counts from the compile with dense-output hooks (the hook-free compile did not run)"
         res["warnings"] = list(warnings.messages)
         print(MARKER + json.dumps(res), flush=True)  # kept if the time limit strikes while timing
         if "hybrid_trt" not in fns:
@@ -417,15 +432,56 @@ def run_worker(name: str, device: str, dtype_name: str, latency_s: float) -> dic
             # unusable, so even eager would raise here and hide the first error behind an exit code.
             res["latency_note"] = "not timed: hybrid_trt failed"
         else:
-            _stage("latency")
-            try:
-                res["latency_ms"] = _latency(fns, args, sync, latency_s, between=taps.clear if taps else None)
-            except Exception as e:
-                res["latency_error"] = _error(e)
+            if taps is not None:
+                counted_from = len(hybrid_trt.reports())
+                _recompile_without_taps(model, args, ref, taps, fns, res, sync, tol)
+            if "hybrid_trt" in fns:
+                _stage("latency")
+                try:
+                    res["latency_ms"] = _latency(fns, args, sync, latency_s)
+                except Exception as e:
+                    res["latency_error"] = _error(e)
     # Events recorded after the first calls (fallbacks at run time) are in the same report objects.
-    _collect_reports(res, hybrid_trt.reports()[n_reports:])
+    _collect_reports(res, hybrid_trt.reports()[n_reports:], counted_from - n_reports)
     res["warnings"] = warnings.messages
     return res
+
+
+def _recompile_without_taps(model, args, ref, taps: DenseTaps, fns: dict, res: dict, sync, tol: float) -> None:
+    """Removes the dense-output hooks and compiles both variants afresh, as a user would run the model: latency,
+    compile times, op counts and partitions come from these compiles, not from the hooked ones (the hooks' graph
+    breaks and recompiles would be charged to the backend). The hook-free hybrid_trt output is compared with
+    eager too; a failure here is a hybrid_trt failure like one in the hooked compile."""
+    import torch
+    taps.remove()
+    fns.pop("hybrid_trt", None)
+    fns.pop("inductor", None)
+    torch._dynamo.reset()  # no cache entry or guard of the hooked compiles survives
+    _stage("hybrid_trt compile without dense-output hooks (the timed model)")
+    hybrid = torch.compile(model, backend="hybrid_trt")
+    t0 = time.perf_counter()
+    try:
+        out = hybrid(*args)
+        sync()
+    except Exception as e:
+        res["hybrid_error"] = "compiled without the dense-output hooks: " + _error(e)
+        return
+    res["hybrid_compile_s"] = time.perf_counter() - t0
+    res["hybrid_unhooked"] = compare(out, ref, tol)
+    fns["hybrid_trt"] = hybrid
+    res.pop("ops_note", None)
+    if "inductor" in res:
+        _stage("inductor compile without dense-output hooks (the timed model)")
+        inductor = torch.compile(model)
+        t0 = time.perf_counter()
+        try:
+            inductor(*args)
+            sync()
+        except Exception as e:
+            res["inductor_error"] = "compiled without the dense-output hooks: " + _error(e)
+            return
+        res["inductor_compile_s"] = time.perf_counter() - t0
+        fns["inductor"] = inductor
 
 
 def _to(args, device, dtype):
@@ -455,33 +511,34 @@ def _badness(result: dict) -> tuple:
     return (result["problem"] is not None or dense.get("problem") is not None, result["rel"], dense.get("rel", 0.0))
 
 
-def _collect_reports(res: dict, reports: list) -> None:
+def _collect_reports(res: dict, reports: list, counted_from: int = 0) -> None:
+    """Fallback events from every report; op counts, partitions and reasons from ``reports[counted_from:]`` only
+    (a detector's hook-free compile, the one that is timed)."""
     reasons = Counter()
     events = []
     delegated = total = parts = 0
     for r in reports:
+        if r.inductor_status != "compiled":
+            events.append(f"graph {r.graph_index}: {r.inductor_status}")
+        for p in r.partitions:
+            events += [f"graph {r.graph_index} partition {p.index}: {e}" for e in p.events]
+    counted = reports[counted_from:]
+    for r in counted:
         delegated += r.delegated_op_count
         total += r.delegated_op_count + len(r.inductor_ops)
         parts += sum(p.status == "delegated" for p in r.partitions)
         reasons.update(r.reasons())
         if r.whole_graph_reason:
             reasons[f"whole graph: {r.whole_graph_reason}"] += 1
-        if r.inductor_status != "compiled":
-            events.append(f"graph {r.graph_index}: {r.inductor_status}")
-        for p in r.partitions:
-            events += [f"graph {r.graph_index} partition {p.index}: {e}" for e in p.events]
-    res.update(graphs=len(reports), delegated_ops=delegated, total_ops=total, partitions=parts,
+    res.update(graphs=len(counted), delegated_ops=delegated, total_ops=total, partitions=parts,
                reasons=reasons.most_common(), events=events)
 
 
-def _latency(fns: dict, args, sync, budget_s: float, between: Optional[Callable] = None) -> dict:
+def _latency(fns: dict, args, sync, budget_s: float) -> dict:
     """Median ms per variant; rounds call each variant once, in turn, until the budget is spent (at least 3
-    rounds, at most 300), so a load change on the machine hits every variant alike. ``between`` runs after each
-    timed call, outside the timing (it empties the dense-output taps)."""
-    for fn in fns.values():  # warm-up (the compiled variants already ran twice)
+    rounds, at most 300), so a load change on the machine hits every variant alike."""
+    for fn in fns.values():  # warm-up (the compiled variants already ran at least once)
         fn(*args)
-        if between:  # a store left growing would change what Dynamo guards on and recompile
-            between()
     sync()
     times = {v: [] for v in fns}
     t_end = time.perf_counter() + budget_s
@@ -492,8 +549,6 @@ def _latency(fns: dict, args, sync, budget_s: float, between: Optional[Callable]
             fn(*args)
             sync()
             times[v].append(time.perf_counter() - t0)
-            if between:
-                between()
         rounds += 1
     return {v: statistics.median(s) * 1e3 for v, s in times.items()}
 
@@ -562,6 +617,8 @@ def _tail(path: str) -> str:
 
 def verdict(row: dict) -> tuple[str, str]:
     """(status, explanation) of one row: ok | MISMATCH | FAILED | ...; slower-than-both rows are explained."""
+    if row.get("skipped"):
+        return "not run", row["fatal"]
     if "hybrid_error" in row:  # first: a later fatal exit is often only its consequence (a broken CUDA context)
         return "FAILED", "; ".join([f"hybrid_trt: {row['hybrid_error']}"] + ([row["fatal"]] if "fatal" in row else []))
     if "fatal" in row:
@@ -587,6 +644,11 @@ def verdict(row: dict) -> tuple[str, str]:
     if h["rel"] > max(tol, 2 * ind_rel):
         return "MISMATCH", "; ".join([f"rel err {h['rel']:.2e} > tol {tol:g} and > 2x Inductor's {ind_rel:.2e}"]
                                      + notes)
+    unhooked = row.get("hybrid_unhooked")
+    if unhooked and (unhooked["problem"] or unhooked["rel"] > max(tol, 2 * ind_rel)):
+        problem = unhooked["problem"] or f"rel err {unhooked['rel']:.2e} > tol {tol:g} and > 2x Inductor's"
+        return "MISMATCH", "; ".join([f"compiled without the dense-output hooks (the timed model): {problem}"]
+                                     + notes)
     ind_dense_rel = ind_dense["rel"] if ind_dense and not ind_dense["problem"] else 0.0
     if dense and dense["rel"] > max(tol, 2 * ind_dense_rel):
         return "MISMATCH", "; ".join([f"dense outputs: rel err {dense['rel']:.2e} > tol {tol:g} and > 2x "
@@ -597,6 +659,8 @@ def verdict(row: dict) -> tuple[str, str]:
     status = "fallback" if runtime_fallbacks else "ok"
     if "latency_note" in row:
         notes.append(row["latency_note"])
+    if "ops_note" in row:
+        notes.append(row["ops_note"])
     hy, ea, it = lat.get("hybrid_trt"), lat.get("eager"), lat.get("inductor")
     if hy and ea and it and hy > ea and hy > it:
         top = ", ".join(f"{why} ({n})" for why, n in row["reasons"][:2]) or "none"
@@ -736,10 +800,13 @@ def main():
     rows, t_start = [], time.perf_counter()
     kept = _load_rows(out_path, {c.name for c in cases}) if args.update else []
     this_commit = commit()
+    def not_run(case: Case, why: str) -> dict:
+        return {"model": case.name, "device": args.device, "dtype": args.dtype, "input": case.input,
+                "fatal": f"not run ({why})", "skipped": True}
+
     for i, case in enumerate(cases):
         if args.budget_min is not None and time.perf_counter() - t_start > args.budget_min * 60:
-            rows.append({"model": case.name, "device": args.device, "dtype": args.dtype, "input": case.input,
-                         "fatal": "not run: time budget of the run spent", "skipped": True})
+            rows.append(not_run(case, "time budget"))
             continue
         print(f"[conformance] {i + 1}/{len(cases)} {case.name} ...", file=sys.stderr, flush=True)
         row = run_model(case, args, log_dir)
@@ -748,7 +815,10 @@ def main():
         status, why = verdict(row)
         print(f"[conformance] {i + 1}/{len(cases)} {case.name}: {status} in {row['seconds']:.0f} s"
               + (f" -- {why[:300]}" if why else ""), file=sys.stderr, flush=True)
-        _write(out_path, header, kept + rows)  # after every model, so a killed run keeps what it did
+        # After every model, so a killed run keeps what it did; the models still to come are listed as such
+        # (with --update their old rows are already gone: a killed run must not drop them silently).
+        pending = [not_run(c, "run stopped before this model: killed, or still going") for c in cases[i + 1:]]
+        _write(out_path, header, kept + rows + pending)
     _write(out_path, header, kept + rows)
     counts = Counter(verdict(r)[0] if not r.get("skipped") else "not run" for r in rows)
     print(f"[conformance] wrote {out_path}: " + ", ".join(f"{n} {s}" for s, n in counts.most_common()),
@@ -760,7 +830,7 @@ def _load_rows(out_path: str, replaced: set) -> list:
     if not os.path.exists(path):
         return []
     with open(path) as f:
-        return [r for r in json.load(f)["rows"] if r["model"] not in replaced and not r.get("skipped")]
+        return [r for r in json.load(f)["rows"] if r["model"] not in replaced]  # "not run" rows stay visible
 
 
 def _write(path: str, header: list, rows: list) -> None:

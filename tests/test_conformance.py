@@ -38,16 +38,16 @@ def test_model_matches_eager_without_fallback(case, caplog):
     model, args = conformance.build(case)
     # A detector's boxes are a weak check on random weights (near-equal scores); its dense outputs (features,
     # per-anchor logits before NMS) are compared too, as recorded during each call.
-    taps = conformance.tap_dense(model) if case.kind == "detector" else None
+    taps = conformance.DenseTaps(model) if case.kind == "detector" else None
     before = len(hybrid_trt.reports())
     with torch.no_grad():
         ref = model(*args)
-        ref_dense = conformance.take_dense(taps) if taps is not None else None
+        ref_dense = taps.take() if taps is not None else None
         fast = torch.compile(model, backend="hybrid_trt")
         outs, dense = [], []
         for _ in range(2):  # the first call compiles; the second runs what was built
             outs.append(fast(*args))
-            dense.append(conformance.take_dense(taps) if taps is not None else None)
+            dense.append(taps.take() if taps is not None else None)
     reports = hybrid_trt.reports()[before:]
     if case.kind == "detector":
         assert sum(len(d["scores"]) for d in ref) > 0, "eager gave no detection: the comparison would be vacuous"
@@ -93,3 +93,54 @@ def test_detection_comparison_accepts_only_swaps_among_ties_at_the_cutoff():
     assert check(boxes[:2], [0.9, 0.5], [1, 2])                         # a detection lost
     empty = [{"boxes": torch.zeros(0, 4), "scores": torch.zeros(0), "labels": torch.zeros(0, dtype=torch.long)}]
     assert "no detection" in conformance.compare(empty, empty, TOLERANCE)["problem"]  # vacuous: both empty
+
+
+class _TinyDetector(torch.nn.Module):
+    """backbone -> head -> a data-dependent selection, returning torchvision's detection format."""
+
+    def __init__(self):
+        super().__init__()
+        self.backbone = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU())
+        self.head = torch.nn.Conv2d(8, 5, 1)
+
+    def forward(self, images):
+        out = self.head(self.backbone(images[0][None])).flatten(2)[0].t()  # (anchors, 4 box + 1 score)
+        scores = out[:, 4].sigmoid()
+        keep = scores.topk(6).indices
+        return [{"boxes": out[keep, :4], "scores": scores[keep], "labels": torch.ones_like(keep)}]
+
+
+def test_worker_times_and_counts_a_hook_free_compile(monkeypatch):
+    """The dense-output hooks are for the correctness phase only: the row's latency, graphs and op counts come
+    from a compile without them (a hooked compile graph-breaks and recompiles, and that was charged to the
+    backend), and the hook-free output is compared with eager too."""
+    case = conformance.Case("tiny_detector", "test", "detector",
+                            lambda: (_TinyDetector(), ([torch.rand(3, 8, 8)],)), "[3x8x8]")
+    monkeypatch.setitem(conformance.CASES_BY_NAME, case.name, case)
+    torch._dynamo.reset()
+    res = conformance.run_worker(case.name, "cpu", "float32", latency_s=0.05)
+    assert "hybrid_error" not in res and "inductor_error" not in res, res
+    assert res["hybrid"]["problem"] is None and res["hybrid"]["dense"]["problem"] is None, res["hybrid"]
+    assert res["hybrid_unhooked"]["problem"] is None, res["hybrid_unhooked"]
+    assert "ops_note" not in res
+    # Reference: the same model compiled once, plainly, in this process.
+    torch._dynamo.reset()
+    before = len(hybrid_trt.reports())
+    model, args = conformance.build(case)
+    with torch.no_grad():
+        fast = torch.compile(model, backend="hybrid_trt")
+        for _ in range(3):
+            fast(*args)
+    plain = hybrid_trt.reports()[before:]
+    assert res["graphs"] == len(plain), (res["graphs"], len(plain))
+    assert res["total_ops"] == sum(r.delegated_op_count + len(r.inductor_ops) for r in plain)
+    assert set(res["latency_ms"]) == {"eager", "hybrid_trt", "inductor"}
+    status, why = conformance.verdict(res)
+    assert status in ("ok", "slow"), (status, why)
+
+
+def test_rows_not_run_say_so():
+    row = {"model": "m", "device": "cpu", "dtype": "float32", "input": "-", "fatal": "not run (time budget)",
+           "skipped": True}
+    assert conformance.verdict(row) == ("not run", "not run (time budget)")
+    assert "not run (time budget)" in "\n".join(conformance.table([row]))
