@@ -273,6 +273,8 @@ def _boxed(gm: fx.GraphModule):
 class _KeepAlive:
     def __init__(self, fn, keep):
         self._fn, self._keep = fn, keep
+        # Same calling convention as the wrapped function (AOTAutograd calls boxed functions with one list).
+        self._boxed_call = getattr(fn, "_boxed_call", False)
 
     def __call__(self, *args):
         return self._fn(*args)

@@ -125,6 +125,32 @@ def test_first_call_failure_falls_back(monkeypatch, hybrid_logs):
     assert sum("injected run failure" in w for w in _warnings(hybrid_logs)) == 1  # once, not per call
 
 
+def test_fallback_whose_inductor_compile_fails_runs_eagerly(monkeypatch, hybrid_logs):
+    """The partition's own fallback must not fail either: when Inductor cannot compile the partition module at
+    the first call, the module runs eagerly (one more warning), and the output still matches eager."""
+    monkeypatch.setattr(OnnxRuntimeEngine, "__call__", _broken_call)
+    model, x = _model()
+    with torch.no_grad():
+        expected = model(x)
+        compiled = torch.compile(model, backend="hybrid_trt")
+        real_compile = torch.compile
+
+        def inductor_fails(fn, *args, **kwargs):
+            if kwargs.get("backend") != "inductor":
+                return real_compile(fn, *args, **kwargs)
+
+            def broken(*a):
+                raise RuntimeError("injected Inductor failure")
+            return broken
+        monkeypatch.setattr(torch, "compile", inductor_fails)
+        out, again = compiled(x), compiled(x)
+    assert_close(out, expected)
+    assert_close(again, expected)
+    warnings = _warnings(hybrid_logs)
+    assert any("injected run failure" in w for w in warnings), warnings
+    assert sum("injected Inductor failure" in w and "eagerly" in w for w in warnings) == 1, warnings
+
+
 def test_first_call_failure_strict_raises(monkeypatch):
     monkeypatch.setattr(OnnxRuntimeEngine, "__call__", _broken_call)
     model, x = _model()

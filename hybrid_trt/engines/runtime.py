@@ -437,9 +437,20 @@ class PartitionRuntime:
             raise BuildInDeployMode(f"{self.name}: deploy mode: refusing to compile the Inductor fallback")
         if self._fallback is None:
             compiled = torch.compile(self.module, backend="inductor", dynamic=self.symbolic)
+            module, name, strict = self.module, self.name, self.policy.strict
 
             def run(inputs, sizes):
-                out = compiled(*inputs, *sizes)
+                nonlocal compiled
+                try:
+                    out = compiled(*inputs, *sizes)
+                except Exception as e:  # noqa: BLE001 - torch.compile is lazy: Inductor fails at this first call
+                    if strict or compiled is module:
+                        raise
+                    # The fallback itself must not fail: the partition's FX module runs the same ATen ops eagerly.
+                    logger.warning("hybrid_trt: %s: Inductor failed on the fallback, running it eagerly: %s",
+                                   name, e)
+                    compiled = module
+                    out = compiled(*inputs, *sizes)
                 return [o.contiguous() for o in out]
             self._fallback = run
         return self._fallback
