@@ -22,34 +22,20 @@ sys.path.insert(0, str(ROOT))
 
 
 def lowered(name: str):
-    """(ONNX model of the model's single delegated partition, example input as numpy)."""
-    import torch
-    from torch._functorch.aot_autograd import aot_export_module
+    """(ONNX model of the model's single delegated partition, example input as numpy), captured by the project's
+    own torch.export front end, so the graph is the one hybrid_trt.export partitions."""
     from examples.models import build
-    from hybrid_trt.capture import capture_decompositions
+    from hybrid_trt.capture.exported import capture_export
     from hybrid_trt.delegates import get_delegate
     from hybrid_trt.lowerings import lower_to_onnx
     from hybrid_trt.partitioner import partition_graph
     from hybrid_trt.partitioner.extract import extract
 
     model, x = build(name)
-
-    class TupleOut(torch.nn.Module):  # aot_export_module wants tuple outputs
-        def __init__(self):
-            super().__init__()
-            self.m = model
-
-        def forward(self, inp):
-            return (self.m(inp),)
-
-    wrapped = TupleOut().eval()
-    with torch.no_grad():
-        gm, sig = aot_export_module(wrapped, [x], trace_joint=False, decompositions=capture_decompositions())
-    by_name = {n.name: n for n in gm.graph.nodes if n.op == "placeholder"}
-    state = {**dict(wrapped.named_parameters()), **dict(wrapped.named_buffers())}
-    names = list(sig.inputs_to_parameters.items()) + list(sig.inputs_to_buffers.items())
-    constants = {by_name[ph]: state[fqn] for ph, fqn in names}
-    plan = partition_graph(gm.graph, [get_delegate("onnxruntime")], min_block_size=3)
+    cap = capture_export(model.eval(), (x,))
+    placeholders = [n for n in cap.gm.graph.nodes if n.op == "placeholder"]
+    constants = {placeholders[i]: w for i, w in cap.weights.items()}
+    plan = partition_graph(cap.gm.graph, [get_delegate("onnxruntime")], min_block_size=3)
     assert len(plan.partitions) == 1, "expected one delegated partition"
     ex = extract(plan.partitions[0], constants)
     return lower_to_onnx(ex.module, [tuple(x.shape)], [x.dtype]), x.numpy()
