@@ -8,10 +8,11 @@ Nothing here re-implements capture: this module only decides which delegate call
 Inductor, and reports what Inductor did.
 
 - Each delegate declares whether its engines can be captured on a device (``Delegate.capture_unsafe_reason``).
-  Every engine is also probed once at compile time (a partition with symbolic sizes at its size hints): a
-  warm-up run (so the first-call fallback and the delegate's own lazy allocations happen outside any capture),
-  then one capture of a second run on a throwaway graph, whose nodes are inspected. A capture that succeeds is
-  not enough: a host-function node (``cudaLaunchHostFunc`` during capture) runs again at every replay. ONNX
+  Every engine is also probed once at compile time (a partition with symbolic sizes at its size hints), in a
+  separate process (capture_probe.py: a failed capture of a foreign runtime can leave a process broken): warm-up
+  runs (so the first-call fallback and the delegate's own lazy allocations happen outside any capture), one
+  capture on a throwaway graph whose nodes are inspected, and a replay on new data checked against an
+  uncaptured run. A capture that succeeds is not enough: a host-function node (``cudaLaunchHostFunc`` during capture) runs again at every replay. ONNX
   Runtime's CUDA provider enqueues one at the end of any run whose kernels staged data in pinned CPU memory
   (its deferred release of those buffers, which owns and deletes its own bookkeeping): replaying it frees the
   same memory again, corrupting the heap, and the process aborts later (seen on the H200 when compiled
@@ -32,6 +33,7 @@ from typing import Optional
 
 import torch
 import torch.fx as fx
+from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from .engines import op as _delegate_op
 from .log import logger
@@ -122,12 +124,23 @@ def plan_capture(delegated, options) -> CapturePlan:
     logger.warning("hybrid_trt: CUDA graphs are experimental in this version (processes were seen to abort at "
                    "exit after models with ONNX Runtime partitions ran in graphs); see the README's 'CUDA "
                    "graphs' section before relying on mode='reduce-overhead' / cuda_graphs=True")
+    from .capture_probe import probe_isolated
+    reasons, to_probe = {}, []
     for d in delegated:
         rt = d.runtime
         reason = rt.delegate.capture_unsafe_reason(rt.device, rt.delegate_options)
-        if reason is None:
-            reason = _probe(rt, [n.meta["val"] for n in d.extracted.tensor_inputs],
-                            [n.meta["val"] for n in d.extracted.size_inputs])
+        if reason is not None:
+            reasons[rt.key] = reason
+        elif rt.device.type == "cuda":  # CPU work is Inductor's to keep out of its graphs (it reports it)
+            to_probe.append((rt, [n.meta["val"] for n in d.extracted.tensor_inputs],
+                             [_hint(n.meta["val"]) for n in d.extracted.size_inputs]))
+    if to_probe:
+        with unset_fake_temporarily():
+            probe_items = [(rt, [_hinted(m) for m in metas], sizes) for rt, metas, sizes in to_probe]
+            reasons.update({k: v for k, v in probe_isolated(probe_items).items() if v is not None})
+    for d in delegated:
+        rt = d.runtime
+        reason = reasons.get(rt.key)
         if reason is not None:
             plan.uncapturable[rt.key] = reason
             d.report.events.append(f"outside CUDA graphs: {reason}")
@@ -135,36 +148,53 @@ def plan_capture(delegated, options) -> CapturePlan:
     return plan
 
 
-def _probe(runtime, metas, size_metas=()) -> Optional[str]:
-    """None when a run of the engine can be captured and replayed; else why not. Runs the engine twice on zeros
-    (a symbolic partition at its size hints: that builds the engine its first call would build)."""
-    from torch._subclasses.fake_tensor import unset_fake_temporarily
-    from .engines.runtime import _hint
+def _hint(size) -> int:
+    from .engines.runtime import _hint as hint
+    return hint(size)
+
+
+def _hinted(meta: torch.Tensor) -> torch.Tensor:
+    """A meta-device stand-in with the size hints of a (possibly symbolic) fake tensor: shape and dtype only."""
+    return torch.empty(tuple(_hint(s) for s in meta.shape), dtype=meta.dtype, device="meta")
+
+
+def _probe(runtime, inputs, sizes=()) -> Optional[str]:
+    """None when a run of the engine can be captured and replayed; else why not. Run in the capture probe's
+    own process (capture_probe.py) on real ``inputs``: two uncaptured runs (the engine's first call, lazy set-up
+    and allocations), one capture on a throwaway graph whose nodes are inspected, then a replay on new input data
+    compared with an uncaptured run of the same data."""
     if runtime.device.type != "cuda":
-        return None  # nothing to capture; Inductor reports the CPU device itself
-    with unset_fake_temporarily():
-        inputs = [torch.zeros(tuple(_hint(s) for s in m.shape), dtype=m.dtype, device=m.device) for m in metas]
-        sizes = [_hint(s) for s in size_metas]
-        events = len(runtime.report.events)
-        try:
-            runtime.run(inputs, sizes)  # the first call: engine-side lazy set-up and allocations, fallback check
-            torch.cuda.synchronize(runtime.device)
-        except Exception as e:  # noqa: BLE001 - the runtime's own fallback rules apply at the real call
-            return f"warm-up run failed: {_text(e)}"
-        if runtime.report.status != "delegated" or any("fell back" in e for e in runtime.report.events[events:]):
-            return "the partition fell back to Inductor (a separately compiled function)"
-        graph = _inspectable_graph()
-        try:
-            with torch.cuda.device(runtime.device), torch.cuda.graph(graph, capture_error_mode="thread_local"):
-                runtime.run(inputs, sizes)
-            return _unreplayable(graph)
-        except Exception as e:  # noqa: BLE001 - a capture failure only means: run it between the captured parts
-            return f"capture of its engine failed: {_text(e)}"
-        finally:
-            # Never replayed: a host node's callback never runs, so whatever it would have released stays
-            # allocated (a few bytes of staging memory per probed engine).
-            del graph
-            torch.cuda.synchronize(runtime.device)
+        runtime.run(inputs, sizes)
+        return "the engine runs on the CPU (CUDA graphs capture CUDA work only)"
+    try:
+        runtime.run(inputs, sizes)  # the first call: engine-side lazy set-up and allocations, fallback check
+        runtime.run(inputs, sizes)
+        torch.cuda.synchronize(runtime.device)
+    except Exception as e:  # noqa: BLE001 - the runtime's own fallback rules apply at the real call
+        return f"warm-up run failed: {_text(e)}"
+    if runtime.report.status != "delegated" or any("fell back" in e for e in runtime.report.events):
+        return "the partition fell back to Inductor (a separately compiled function)"
+    static = [t.clone() for t in inputs]
+    graph = _inspectable_graph()
+    try:
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+            captured = runtime.run(static, sizes)
+    except Exception as e:  # noqa: BLE001 - a capture failure only means: run it between the captured parts
+        return f"capture of its engine failed: {_text(e)}"
+    reason = _unreplayable(graph)
+    if reason is not None:
+        return reason  # never replayed: a host node's callback must not run
+    for t in static:
+        if t.dtype.is_floating_point:
+            t.copy_(torch.randn(t.shape, device=t.device).to(t.dtype))
+    graph.replay()
+    expected = runtime.run([t.clone() for t in static], sizes)
+    torch.cuda.synchronize(runtime.device)
+    for i, (got, want) in enumerate(zip(captured, expected)):
+        if not torch.allclose(got.float(), want.float(), rtol=1e-2, atol=1e-2, equal_nan=True):
+            diff = (got.float() - want.float()).abs().nan_to_num(0.0).max().item()
+            return f"its replay on new inputs differs from an uncaptured run (output {i}, max |diff| {diff:.3g})"
+    return None
 
 
 # Node types of a captured graph that cannot be replayed safely (CUgraphNodeType, cuda.h): a host function is

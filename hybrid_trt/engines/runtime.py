@@ -23,6 +23,7 @@ import dataclasses
 import hashlib
 import io
 import json
+import threading
 import time
 import weakref
 from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
@@ -240,6 +241,7 @@ class PartitionRuntime:
         self._fallback: Optional[Callable] = None
         self._static_outputs: Optional[list] = None
         self._static_engine: Optional[Callable] = None
+        self.capture_verdicts: dict = {}  # input signature -> why not capture-safe, or None (capture_probe.py)
 
     @property
     def module(self) -> fx.GraphModule:
@@ -331,8 +333,8 @@ class PartitionRuntime:
                                     f"for [{signature}]")
         logger.info("hybrid_trt: %s: building %s engine for [%s] ...", self.name, self.delegate.name, signature)
         try:
-            engine = self.delegate.build(model, out_metas, self.device, self.delegate_options,
-                                         keep_serialized=self.store.root is not None)
+            engine = _outside_graph_pools(self.device, lambda: self.delegate.build(
+                model, out_metas, self.device, self.delegate_options, keep_serialized=self.store.root is not None))
         except Exception as e:
             raise DelegateBuildError(f"{self.delegate.name} build failed: {e}") from e
         self._built += 1
@@ -342,7 +344,8 @@ class PartitionRuntime:
         return {_ENGINE_PREFIX + name: data for name, data in self.delegate.serialize(engine).items()}
 
     def _load_engine(self, entry: Entry, out_metas) -> Engine:
-        return self.delegate.load(_EngineFiles(entry.files), out_metas, self.device, self.delegate_options)
+        return _outside_graph_pools(self.device, lambda: self.delegate.load(
+            _EngineFiles(entry.files), out_metas, self.device, self.delegate_options))
 
     # -- fake (shape propagation during tracing and Inductor lowering) ----------------------------------------
     def fake(self, inputs, sizes):
@@ -477,6 +480,35 @@ class PartitionRuntime:
 
 
 # ---------------------------------------------------------------------------------------------- helpers
+
+
+def _outside_graph_pools(device: torch.device, make: Callable[[], Engine]) -> Engine:
+    """``make()`` (an engine build or load) on a helper thread when ``device`` is a CUDA device.
+
+    A symbolic partition builds or loads an engine at the first call of a new shape. Under CUDA graphs
+    (``mode="reduce-overhead"``) that first call happens while Inductor's CUDA-graph trees warm the new shape up,
+    and during warm-up every allocation *of the calling thread* comes from the graph's private memory pool. What
+    an engine keeps for its lifetime (e.g. ONNX Runtime's stand-in buffer for empty tensors) would then be a live
+    pool allocation the trees do not own, which they refuse ("tensor(s) in the cudagraph pool not tracked as
+    outputs"). Another thread allocates from the ordinary caching allocator. Builds are rare (once per shape),
+    so a thread per build costs nothing that matters."""
+    if device.type != "cuda":
+        return make()
+    result: dict = {}
+
+    def target():
+        try:
+            with torch.cuda.device(device):
+                result["engine"] = make()
+        except BaseException as e:  # noqa: BLE001 - re-raised on the calling thread
+            result["error"] = e
+
+    worker = threading.Thread(target=target, name="hybrid_trt-engine-build", daemon=True)
+    worker.start()
+    worker.join()
+    if "error" in result:
+        raise result["error"]
+    return result["engine"]
 
 
 class _EngineFiles(Mapping):

@@ -1,0 +1,56 @@
+"""The CUDA-graph capture probe runs in a separate process (hybrid_trt/capture_probe.py).
+
+On the CPU these check the plumbing for real: the child process starts, finds the partition's entry (in the engine
+store, or in a scratch store holding its recipe when the cache is off), loads or builds the engine and runs it;
+and how the parent reads a child that crashed or said nothing. The capture itself runs on a GPU machine
+(tests/test_cuda_graphs.py)."""
+import pytest
+import torch
+
+import hybrid_trt
+from hybrid_trt import capture_probe
+from hybrid_trt.engines.runtime import REGISTRY
+
+CPU_VERDICT = "the engine runs on the CPU (CUDA graphs capture CUDA work only)"
+
+
+def _compiled_runtime(options):
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(), torch.nn.Conv2d(8, 4, 1)).eval()
+    x = torch.randn(1, 3, 16, 16)
+    with torch.no_grad():
+        compiled = torch.compile(model, backend="hybrid_trt", options=options)
+        compiled(x)
+    [part] = [p for p in hybrid_trt.last_report().partitions if p.status == "delegated"]
+    return REGISTRY.resolve(part.key), x, compiled
+
+
+@pytest.mark.parametrize("cache", [True, False], ids=["engine-store", "cache-off"])
+def test_child_process_loads_and_runs_the_engine(tmp_path, cache):
+    options = {"cache_dir": str(tmp_path / "store")} if cache else {"cache": False}
+    runtime, x, _keep = _compiled_runtime(options)
+    metas = [torch.empty(x.shape, device="meta")]
+    verdicts = capture_probe.probe_isolated([(runtime, metas, [])])
+    # The child's own verdict: it loaded the engine by key (or built it from the recipe) and ran it; any failure
+    # on the way would read "probe failed: ..." or "could not be loaded".
+    assert verdicts == {runtime.key: CPU_VERDICT}
+    assert list(runtime.capture_verdicts.values()) == [CPU_VERDICT]
+
+
+def test_known_verdicts_are_not_probed_again(tmp_path, monkeypatch):
+    runtime, x, _keep = _compiled_runtime({"cache_dir": str(tmp_path)})
+    metas = [torch.empty(x.shape, device="meta")]
+    runtime.capture_verdicts[((tuple(x.shape),), ())] = None
+    monkeypatch.setattr(capture_probe, "_run_child", lambda *a: pytest.fail("probed a known verdict again"))
+    assert capture_probe.probe_isolated([(runtime, metas, [])]) == {runtime.key: None}
+
+
+def test_a_child_that_crashes_clears_nothing():
+    line = capture_probe._MARK + '{"key": "a", "reason": null}'
+    clean = capture_probe.verdicts_from(0, line + "\n", "", ["a"])
+    assert clean == {"a": None}
+    aborted = capture_probe.verdicts_from(-6, line + "\n", "noise\nFatal Python error: Aborted\n", ["a", "b"])
+    assert aborted["a"] == aborted["b"]
+    assert "killed by signal 6" in aborted["a"] and "Fatal Python error: Aborted" in aborted["a"]
+    unsafe = capture_probe._MARK + '{"key": "a", "reason": "host node"}'
+    assert capture_probe.verdicts_from(1, unsafe, "boom", ["a"])["a"] == "host node"
+    assert "no verdict" in capture_probe.verdicts_from(0, "", "", ["a"])["a"]
