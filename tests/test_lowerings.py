@@ -306,12 +306,20 @@ SAMPLES: dict[Any, list[Case]] = {
         C(T(X4()), [9, 12], None, "nearest", None, id="nearest_size"),
         C(T(X4()), None, [2.0, 2.0], "bilinear", False, id="bilinear_scale"),
         C(T(X4()), [8, 9], None, "bilinear", True, id="bilinear_align_corners"),
-        C(T(X4()), [8, 9], None, "bilinear", False, id="bilinear_size")],
+        C(T(X4()), [8, 9], None, "bilinear", False, id="bilinear_size"),
+        # An output side of length 1 samples the input's centre in ATen (Mask R-CNN pastes masks of boxes one
+        # pixel wide); ONNX's pytorch_half_pixel maps it to coordinate 0 instead.
+        C(T(X4()), [9, 1], None, "bilinear", False, id="bilinear_width_1"),
+        C(T(X4()), [1, 1], None, "bilinear", False, id="bilinear_1x1"),
+        C(T(X4()), [1, 7], None, "bilinear", True, id="bilinear_height_1_align_corners"),
+        C(T(X4()), None, [0.25, 2.0], "bilinear", False, id="bilinear_scale_to_height_1"),
+        C(T(X4()), [1, 5], None, "nearest", None, id="nearest_height_1")],
     aten.upsample_nearest2d.vec: [C(T(X4()), None, [2.0, 3.0]), C(T(X4()), [12, 9], None, id="size")],
     aten.upsample_nearest2d.default: [C(T(X4()), [12, 12], 2.0, 2.0, id="scales"),
                                       C(T(X4()), [9, 12], id="size_only")],
     aten.upsample_bilinear2d.vec: [C(T(X4()), None, False, [2.0, 2.0]),
-                                   C(T(X4()), [9, 10], True, None, id="align_corners")],
+                                   C(T(X4()), [9, 10], True, None, id="align_corners"),
+                                   C(T(X4()), [1, 10], False, None, id="height_1")],
     aten.upsample_bilinear2d.default: [C(T(X4()), [12, 12], False, 2.0, 2.0, id="scales"),
                                        C(T(X4()), [8, 10], True, id="align_corners")],
     # shape.py

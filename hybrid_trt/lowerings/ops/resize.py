@@ -73,6 +73,8 @@ def _bilinear(ctx, node, x, align_corners, factors):
         inputs = _scales_or_sizes(ctx, node, None)
         mode = "align_corners"
     else:
+        # half_pixel, not pytorch_half_pixel: the latter maps an output side of length 1 to input coordinate 0,
+        # while ATen samples the centre ((0 + 0.5) * in/out - 0.5), as half_pixel does; longer sides agree.
         inputs = _scales_or_sizes(ctx, node, factors)
-        mode = "pytorch_half_pixel"
+        mode = "half_pixel"
     return ctx.op("Resize", ctx.input(x), *inputs, mode="linear", coordinate_transformation_mode=mode)
