@@ -38,16 +38,20 @@ def _check_gelu(node):
 
 @lowering(aten.gelu.default, check=_check_gelu)
 def lower_gelu(ctx, node):
+    # Opset 17 has no Gelu op. The chains below are written exactly in the forms ONNX Runtime's optimizer fuses
+    # into one Gelu / FastGelu kernel (GeluFusion wants Div by sqrt(2), FastGeluFusion Pow(x, 3)) and that
+    # TensorRT's parser recognises; a Mul by 1/sqrt(2) or x*x*x computes the same but stays five to eight
+    # separate passes over the tensor (convnext_tiny: 18 GELUs, 1.2x ONNX Runtime's time on the exported model).
     dtype = ctx.dtype(node)
     x = ctx.input(node.args[0])
     approx = node.kwargs.get("approximate", node.args[1] if len(node.args) > 1 else "none")
     half_x = ctx.op("Mul", x, ctx.const(0.5, dtype))
     if approx == "tanh":
-        cube = ctx.op("Mul", ctx.op("Mul", x, x), x)
+        cube = ctx.op("Pow", x, ctx.const(3.0, dtype))
         inner = ctx.op("Add", x, ctx.op("Mul", cube, ctx.const(0.044715, dtype)))
         t = ctx.op("Tanh", ctx.op("Mul", inner, ctx.const(math.sqrt(2 / math.pi), dtype)))
     else:
-        t = ctx.op("Erf", ctx.op("Mul", x, ctx.const(1 / math.sqrt(2), dtype)))
+        t = ctx.op("Erf", ctx.op("Div", x, ctx.const(math.sqrt(2), dtype)))
     return ctx.op("Mul", half_x, ctx.op("Add", t, ctx.const(1.0, dtype)))
 
 
