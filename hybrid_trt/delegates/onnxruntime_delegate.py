@@ -81,7 +81,7 @@ def _forward_ort_log(severity: int, category: str, logid: str, code_location: st
 
 class OnnxRuntimeEngine(Engine):
     __slots__ = ("_session", "_inputs", "_outputs", "_device", "_dev_type", "_dev_id", "_ort_outputs",
-                 "_run_options", "_stream", "_local", "serialized", "_empty", "_empty_ptr")
+                 "_run_options", "_stream", "_local", "serialized", "_empty", "_empty_ptr", "_cold")
 
     def __init__(self, session, output_metas: Sequence[torch.Tensor], device: torch.device,
                  stream: Optional["torch.cuda.Stream"] = None):
@@ -107,6 +107,12 @@ class OnnxRuntimeEngine(Engine):
         # each call is ordered against the caller's current stream by a pair of events (see _run_cuda).
         self._stream = stream
         self._local = threading.local()  # per-thread event pair: a shared pair could be re-recorded by another
+        # CUDA: the first call runs the session twice. ONNX Runtime plans a session's memory pattern in its first
+        # run and allocates that pattern in the second (cuDNN's frontend also settles its plans and workspace
+        # then); a run that allocates cannot be captured in a CUDA graph (cudaMalloc invalidates a thread-local
+        # capture: "Failed to allocate memory" / CUDNN_FE failure seen on the H200). Inductor's CUDA-graph trees
+        # capture the second call of a shape, so from then on no run may allocate.
+        self._cold = stream is not None
         if stream is not None:           # thread between one thread's record and its wait
             # The join event orders the caller's stream after the run, so ONNX Runtime's end-of-run host
             # synchronisation would only stall the host at every seam (and cannot be captured in a CUDA graph).
@@ -134,6 +140,9 @@ class OnnxRuntimeEngine(Engine):
             self._session.run_with_iobinding(binding, self._run_options)
         else:
             self._run_cuda(binding)
+            if self._cold:
+                self._cold = False
+                self._run_cuda(binding)
         return outs
 
     def _run_cuda(self, binding) -> None:

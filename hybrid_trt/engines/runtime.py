@@ -454,7 +454,7 @@ class PartitionRuntime:
                                    name, e)
                     compiled = module
                     out = compiled(*inputs, *sizes)
-                return [o.contiguous() for o in out]
+                return [_owned(o, inputs) for o in out]
             self._fallback = run
         return self._fallback
 
@@ -480,6 +480,17 @@ class PartitionRuntime:
 
 
 # ---------------------------------------------------------------------------------------------- helpers
+
+
+def _owned(out: torch.Tensor, inputs) -> torch.Tensor:
+    """A fallback output as the delegate op promises it (its fake says so): contiguous, in storage of its own at
+    offset 0. Inductor relies on it (it asserts 16-byte alignment of custom-op outputs; under CUDA graphs it
+    tracks outputs as fresh pool allocations), but a module run by Inductor or eagerly may return a slice of a
+    larger buffer or a view of an input."""
+    if out.is_contiguous() and out.storage_offset() == 0 and out._base is None \
+            and all(out.untyped_storage().data_ptr() != t.untyped_storage().data_ptr() for t in inputs):
+        return out
+    return out.clone(memory_format=torch.contiguous_format)
 
 
 def _outside_graph_pools(device: torch.device, make: Callable[[], Engine]) -> Engine:
