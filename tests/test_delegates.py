@@ -1,6 +1,7 @@
 """The onnxruntime delegate on its own: engines fed through IO binding (outputs are fresh torch tensors, inputs of
 any layout), thread count following torch or the option, CPU provider."""
 import onnx
+import pytest
 import torch
 from onnx import TensorProto, helper
 
@@ -47,6 +48,15 @@ def test_engine_runs_with_io_binding_on_any_layout():
     out2, _ = engine([y, x])  # every call returns new tensors: earlier results stay valid
     assert out2.data_ptr() != out.data_ptr()
     torch.testing.assert_close(out, torch.relu(x + y))
+
+
+def test_engine_refuses_an_input_shape_it_was_not_built_for():
+    """Inputs are bound with their own shapes, so ONNX Runtime checks them: a smaller input must not be read
+    past its end as if it had the built shape (on CUDA that was an illegal memory access)."""
+    engine = _build(make_options(environ={}))
+    for x in (torch.randn(1, 3), torch.randn(4, 3)):
+        with pytest.raises(Exception, match="invalid dimensions"):
+            engine([x, torch.randn(2, 3)])
 
 
 def test_threads_follow_torch_or_the_option():

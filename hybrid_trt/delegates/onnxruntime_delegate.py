@@ -124,8 +124,10 @@ class OnnxRuntimeEngine(Engine):
         # threads) would leave it pointing at freed memory.
         binding, dev, dev_id = self._session.io_binding(), self._dev_type, self._dev_id
         keep = [t.contiguous() for t in inputs]  # referenced until the run returns
-        for (name, shape, np_dtype), t in zip(self._inputs, keep):
-            binding.bind_input(name, dev, dev_id, np_dtype, shape, t.data_ptr() or self._empty_ptr)
+        # Each input is bound with its own shape, which ONNX Runtime checks against the model's: a call with a
+        # shape the engine was not built for fails with an error instead of reading past the end of the buffer.
+        for (name, _built_shape, np_dtype), t in zip(self._inputs, keep):
+            binding.bind_input(name, dev, dev_id, np_dtype, t.shape, t.data_ptr() or self._empty_ptr)
         if self._ort_outputs:
             for name, _shape, _dtype, _np in self._outputs:
                 binding.bind_output(name, dev)
