@@ -52,8 +52,13 @@ def check(device: str) -> int:
             except ValueError:
                 continue
             out_idx, ref_nbr = R.strided_rulebook(indices, out_shape, ks, st, pad, dil)
-            got_idx, got_nbr = T.strided_rulebook(indices, out_shape, ks, st, pad, dil)
-            ok_s = torch.equal(got_idx, out_idx) and torch.equal(got_nbr, ref_nbr)
+            ref_order = R.mask_order(ref_nbr)
+            got_idx, got_nbr, got_order = T.strided_rulebook(indices, shape, out_shape, ks, st, pad, dil)
+            ok_s = torch.equal(got_idx, out_idx) and torch.equal(got_nbr, ref_nbr) and torch.equal(got_order, ref_order)
+            if st == (1, 1, 1) and pad == subm_padding(ks, dil):  # the fused SubM launcher too
+                subm_nbr = R.neighbor_map(indices, indices, shape, ks, st, pad, dil)
+                got_nbr, got_order = T.subm_rulebook(indices, shape, ks, dil)
+                ok_s = ok_s and torch.equal(got_nbr, subm_nbr) and torch.equal(got_order, R.mask_order(subm_nbr))
             nbr = T.neighbor_search(out_idx, indices, shape, ks, st, pad, dil)
             ok = torch.equal(nbr, ref_nbr)
             ref_t = R.transpose_neighbor_map(ref_nbr, indices.shape[0])
@@ -103,7 +108,8 @@ def check_wide_keys(device: str) -> int:
         indices = indices.to(device, torch.int32)
         out_shape = conv_output_shape(shape, ks, st, pad, (1, 1, 1))
         want = R.strided_rulebook(indices, out_shape, ks, st, pad, (1, 1, 1))
-        got = T.strided_rulebook(indices, out_shape, ks, st, pad, (1, 1, 1))
+        want = (*want, R.mask_order(want[1]))
+        got = T.strided_rulebook(indices, shape, out_shape, ks, st, pad, (1, 1, 1))
         ok = all(torch.equal(a, b) for a, b in zip(got, want))
         print(f"{device} {name} strided M={want[0].shape[0]} ok={ok}")
         failures += not ok

@@ -120,7 +120,7 @@ def test_inverse_matches_conv_transpose(kernel_size, stride, padding, dilation):
 
 def test_indice_key_reuses_rulebooks(monkeypatch):
     calls = {"subm": 0, "transpose": 0}
-    real_subm, real_t = ops.sparse_rulebook_subm, ops.sparse_rulebook_transpose
+    real_subm, real_t = ops.sparse_rulebook_subm_ordered, ops.sparse_rulebook_transpose
 
     def count(name, fn):
         def wrapped(*a, **k):
@@ -128,7 +128,7 @@ def test_indice_key_reuses_rulebooks(monkeypatch):
             return fn(*a, **k)
         return wrapped
 
-    monkeypatch.setattr(ops, "sparse_rulebook_subm", count("subm", real_subm))
+    monkeypatch.setattr(ops, "sparse_rulebook_subm_ordered", count("subm", real_subm))
     monkeypatch.setattr(ops, "sparse_rulebook_transpose", count("transpose", real_t))
     torch.manual_seed(0)
     net = SparseSequential(
@@ -209,6 +209,9 @@ def test_opcheck_ops():
     torch.library.opcheck(ops.sparse_conv_compute, (features, weight, nbr, torch.randn(6)))
     torch.library.opcheck(ops.sparse_conv_compute, (features, weight, nbr, None))
     torch.library.opcheck(ops.sparse_rulebook_transpose, (nbr, indices.shape[0]))
+    torch.library.opcheck(ops.sparse_rulebook_subm_ordered, (indices, [5, 5, 5], [3, 3, 3], [1, 1, 1]))
+    torch.library.opcheck(ops.sparse_rulebook_order, (nbr,))
+    torch.library.opcheck(ops.sparse_rulebook_strided, (indices, [5, 5, 5], [3, 3, 3], [2, 2, 2], [1, 1, 1], [1, 1, 1]))
 
 
 @pytest.mark.parametrize("kernel_size", [3, 5])

@@ -15,7 +15,7 @@ triton = pytest.importorskip("triton")
 
 from triton.backends.compiler import GPUTarget  # noqa: E402
 
-I32_ARGS = {"N", "M", "total", "cap_mask", "shift", "D", "H", "W", "OD", "OH", "OW",
+I32_ARGS = {"N", "M", "total", "cap_mask", "shift", "sites_cap", "D", "H", "W", "OD", "OH", "OW",
             "SZ", "SY", "SX", "PZ", "PY", "PX", "DZ", "DY", "DX"}
 
 
@@ -31,25 +31,29 @@ def _rulebook_kernels():
     from hybrid_trt.plugins.sparse import triton_rulebook as T
 
     geometry = dict(KY=3, KX=3, K=27)
+    search = {"out_ptr": "*i32", "table_key_ptr": "*i64", "table_row_ptr": "*i32", "nbr_ptr": "*i32",
+              "out_idx_ptr": "*i32", "mask_key_ptr": "*i32"}
     return [
         (T._hash_insert_kernel, {"idx_ptr": "*i32", "table_key_ptr": "*i64", "table_row_ptr": "*i32"}, {},
          dict(BLOCK=256)),
-        (T._hash_search_kernel, {"out_idx_ptr": "*i32", "table_key_ptr": "*i64", "table_row_ptr": "*i32",
-                                 "nbr_ptr": "*i32"}, {}, dict(geometry, KP=32, BLOCK_M=32)),
-        (T._strided_candidates_kernel, {"idx_ptr": "*i32", "key_ptr": "*i32", "overflow_ptr": "*i32"},
-         {"SENTINEL": "i32"}, dict(geometry, BLOCK=256)),
-        (T._strided_candidates_kernel, {"idx_ptr": "*i32", "key_ptr": "*i64", "overflow_ptr": "*i32"},
-         {"SENTINEL": "i64"}, dict(geometry, BLOCK=256)),
-        (T._run_heads_kernel, {"skey_ptr": "*i32", "head_ptr": "*i32"}, {"SENTINEL": "i32"}, dict(BLOCK=256)),
-        (T._strided_fill_kernel, {"skey_ptr": "*i64", "pair_ptr": "*i64", "site_ptr": "*i32", "nbr_ptr": "*i32",
-                                  "out_idx_ptr": "*i32"}, {"SENTINEL": "i64"}, dict(K=27, BLOCK=256)),
+        # SubM / given sites, with and without mask keys; strided: sites from int32 or int64 keys.
+        (T._hash_search_kernel, search, {}, dict(geometry, KP=32, FROM_KEYS=False, MASK_KEY=0, BLOCK_M=32)),
+        (T._hash_search_kernel, search, {}, dict(geometry, KP=32, FROM_KEYS=False, MASK_KEY=1, BLOCK_M=32)),
+        (T._hash_search_kernel, dict(search, out_ptr="*i32"), {},
+         dict(geometry, KP=32, FROM_KEYS=True, MASK_KEY=1, BLOCK_M=32)),
+        (T._hash_search_kernel, dict(search, out_ptr="*i64"), {},
+         dict(KY=5, KX=5, K=125, KP=128, FROM_KEYS=True, MASK_KEY=2, BLOCK_M=8)),
+        (T._strided_sites_kernel, {"idx_ptr": "*i32", "table_ptr": "*i32", "sites_ptr": "*i32", "status_ptr": "*i32"},
+         {"LIMIT": "i32"}, dict(geometry, BLOCK=256)),
+        (T._strided_sites_kernel, {"idx_ptr": "*i32", "table_ptr": "*i64", "sites_ptr": "*i64", "status_ptr": "*i32"},
+         {"LIMIT": "i64"}, dict(geometry, BLOCK=256)),
         (T._transpose_kernel, {"nbr_ptr": "*i32", "nbr_t_ptr": "*i32"}, {}, dict(K=27, BLOCK=256)),
         (T._mask_key_kernel, {"nbr_ptr": "*i32", "key_ptr": "*i32"}, {}, dict(K=27, KP=32, BITS=True, BLOCK_M=32)),
         (T._mask_key_kernel, {"nbr_ptr": "*i32", "key_ptr": "*i32"}, {}, dict(K=125, KP=128, BITS=False, BLOCK_M=8)),
     ]
 
 
-@pytest.mark.parametrize("case", range(9))
+@pytest.mark.parametrize("case", range(10))
 def test_rulebook_kernel_compiles_for_sm90(case):
     fn, pointers, scalars, constexprs = _rulebook_kernels()[case]
     compiled = _compile(fn, pointers, scalars, constexprs)

@@ -100,3 +100,22 @@ def test_aot_kernel_compiles_to_ptx(dtype, c_in, c_out):
         assert "wgmma" in kernel.ptx  # Hopper tensor cores
     with pytest.raises(ValueError, match="supports"):
         compile_conv_kernel("bf16", 27, c_in, c_out)
+
+
+def test_fused_subm_rulebook_lowers_to_map_and_order_nodes():
+    features, indices = random_cloud(1, (5, 6, 7), 0.2, 4, seed=1)
+    weight = torch.randn(8, 3, 3, 3, 4)
+
+    def f(features, indices, weight):
+        nbr, order = sparse.sparse_rulebook_subm_ordered(indices, [5, 6, 7], [3, 3, 3], [1, 1, 1])
+        return (sparse.sparse_conv_compute(features, weight, nbr, None, order),)
+
+    args = [features, indices, weight]
+    gm = make_fx(f)(*args)
+    model = lower_to_onnx(gm, [a.shape for a in args], [a.dtype for a in args])
+    onnx.checker.check_model(model)
+    custom = [n for n in model.graph.node if n.domain == sparse_lowering.DOMAIN]
+    assert [n.op_type for n in custom] == ["SparseRulebookSubM", "SparseRulebookOrder", "SparseConv3d"]
+    subm, order, conv = custom
+    assert order.input == [subm.output[0]]
+    assert conv.input[2] == subm.output[0] and conv.input[3] == order.output[0]

@@ -13,6 +13,8 @@ namespace, int attribute ``aot`` = 1 to use the plugin's AOT implementation.
   SparseRulebookOrder(nbr int32 [M, K]) -> int32 [M]
   SparseRulebookSubM(indices int32 [N, 4]) -> nbr int32 [N, K]
       attrs: spatial_shape, kernel_size, dilation
+      (sparse_rulebook_subm_ordered lowers to SparseRulebookSubM followed by
+      SparseRulebookOrder)
   SparseRulebookTranspose(nbr int32 [M, K]) -> int32 [num_in, K]
       attrs: num_in
 """
@@ -107,6 +109,14 @@ def lower_sparse_rulebook_subm(ctx, node):
         kernel_size=[int(s) for s in ctx.arg(kernel_size)],
         dilation=[int(s) for s in ctx.arg(dilation)],
     )
+
+
+@lowering(_sparse.sparse_rulebook_subm_ordered.default, dtypes={torch.int32}, check=_check_indices, domain=DOMAIN)
+def lower_sparse_rulebook_subm_ordered(ctx, node):
+    # The fused op (map and row schedule in one GPU pass) is two plugin nodes here.
+    nbr = lower_sparse_rulebook_subm(ctx, node)
+    order = ctx.op("SparseRulebookOrder", nbr, domain=DOMAIN, plugin_namespace=PLUGIN_NAMESPACE, aot=0)
+    return nbr, order
 
 
 @lowering(_sparse.sparse_rulebook_transpose.default, dtypes={torch.int32}, domain=DOMAIN)

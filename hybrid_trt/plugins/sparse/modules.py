@@ -22,7 +22,7 @@ class Rulebook(NamedTuple):
     """What a conv leaves under its ``indice_key`` for later layers."""
 
     nbr: torch.Tensor  # [M, K] int32, input row per (output site, offset) or -1
-    order: torch.Tensor  # [M] int32 row schedule for the GPU kernel (sparse_rulebook_order)
+    order: torch.Tensor  # [M] int32 row schedule for the GPU kernel (= sparse_rulebook_order(nbr))
     in_indices: torch.Tensor
     out_indices: torch.Tensor
     in_spatial_shape: tuple[int, int, int]
@@ -172,9 +172,11 @@ class SubMConv3d(_SparseConv):
                     f"geometry ({'subm' if rb.subm else 'strided'}, kernel_size={rb.kernel_size}, "
                     f"dilation={rb.dilation}); give this {type(self).__name__} its own indice_key"
                 )
-            nbr = ops.sparse_rulebook_subm(x.indices, list(x.spatial_shape), list(self.kernel_size), list(self.dilation))
+            nbr, order = ops.sparse_rulebook_subm_ordered(
+                x.indices, list(x.spatial_shape), list(self.kernel_size), list(self.dilation)
+            )
             rb = Rulebook(
-                nbr, ops.sparse_rulebook_order(nbr), x.indices, x.indices, x.spatial_shape, x.spatial_shape,
+                nbr, order, x.indices, x.indices, x.spatial_shape, x.spatial_shape,
                 self.kernel_size, (1, 1, 1), (0, 0, 0), self.dilation, True,
             )
             if self.indice_key is not None:
@@ -196,12 +198,12 @@ class SparseConv3d(_SparseConv):
                 f"indice_key {self.indice_key!r} is already taken by another layer; each "
                 f"SparseConv3d needs a unique indice_key (its SparseInverseConv3d uses the same key)"
             )
-        out_indices, nbr = ops.sparse_rulebook_strided(
+        out_indices, nbr, order = ops.sparse_rulebook_strided(
             x.indices, list(x.spatial_shape), list(self.kernel_size), list(self.stride),
             list(self.padding), list(self.dilation),
         )
         rb = Rulebook(
-            nbr, ops.sparse_rulebook_order(nbr), x.indices, out_indices, x.spatial_shape, out_shape,
+            nbr, order, x.indices, out_indices, x.spatial_shape, out_shape,
             self.kernel_size, self.stride, self.padding, self.dilation, False,
         )
         if self.indice_key is not None:

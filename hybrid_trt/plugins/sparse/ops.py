@@ -1,5 +1,4 @@
-"""``torch.library`` custom ops for 3D sparse convolution (namespace
-``hybrid_trt``).
+"""Custom ops for 3D sparse convolution (namespace ``hybrid_trt``).
 
 Each op has a torch implementation (CPU, and any device as fallback), a
 Triton implementation registered for CUDA, and a fake implementation so
@@ -10,18 +9,36 @@ Schemas (``K = kD * kH * kW``):
 
   sparse_rulebook_subm(Tensor indices, int[] spatial_shape, int[] kernel_size,
                        int[] dilation) -> Tensor nbr                 # [N, K]
+  sparse_rulebook_subm_ordered(Tensor indices, int[] spatial_shape,
+                               int[] kernel_size, int[] dilation)
+                               -> (Tensor nbr, Tensor order)         # [N, K], [N]
   sparse_rulebook_strided(Tensor indices, int[] spatial_shape,
                           int[] kernel_size, int[] stride, int[] padding,
                           int[] dilation) -> (Tensor out_indices,    # [M, 4]
-                                              Tensor nbr)            # [M, K]
+                                              Tensor nbr,            # [M, K]
+                                              Tensor order)          # [M]
   sparse_rulebook_transpose(Tensor nbr, SymInt num_in) -> Tensor     # [num_in, K]
   sparse_rulebook_order(Tensor nbr) -> Tensor                        # [M]
   sparse_conv_compute(Tensor features, Tensor weight, Tensor nbr,
                       Tensor? bias, Tensor? order=None) -> Tensor    # [M, Cout]
+
+``order`` is always ``sparse_rulebook_order(nbr)``; the ops that build a map
+return it too because the GPU kernels compute its sort key in the same pass.
+
+The rulebook ops take only integer tensors, which never require grad, so they
+are defined straight on the dispatcher (``torch.library.Library``) with no
+autograd kernel: a call is one C++ dispatch into the implementation.
+``torch.library.custom_op`` would add two Python kernels (autograd and a
+backend wrapper) and a Dynamo-disable wrapper per call, about 15 us each
+call on a 2-core CPU (benchmarks/profile_sparse.py measures it on the GPU
+machine). ``sparse_conv_compute`` takes float tensors that may require grad,
+so it stays a ``custom_op``, whose autograd kernel makes a backward through it
+an error instead of a silently missing gradient.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from typing import Optional
@@ -36,6 +53,8 @@ log = logging.getLogger("hybrid_trt")
 # Escape hatch for debugging a suspected kernel bug on a GPU machine.
 _FORCE_TORCH = os.environ.get("HYBRID_TRT_SPARSE_TORCH_ONLY", "0") == "1"
 
+_LIB = torch.library.Library("hybrid_trt", "FRAGMENT")
+
 
 def _rulebook_kernels():
     from . import triton_rulebook
@@ -47,6 +66,17 @@ def _gemm_kernels():
     from . import triton_gemm
 
     return triton_gemm
+
+
+def _define(schema: str, torch_impl, cuda_impl, fake):
+    """Define ``hybrid_trt::<schema>`` with its torch (any device), CUDA and
+    fake implementations; returns the op overload."""
+    name = schema.split("(", 1)[0]
+    _LIB.define(schema, tags=(torch.Tag.pt2_compliant_tag,))
+    _LIB.impl(name, torch_impl, "CompositeExplicitAutograd")
+    _LIB.impl(name, cuda_impl, "CUDA")
+    torch.library.register_fake(f"hybrid_trt::{name}", fake, lib=_LIB)
+    return getattr(torch.ops.hybrid_trt, name).default
 
 
 def _check_indices(indices: torch.Tensor, op: str) -> None:
@@ -74,41 +104,88 @@ def _check_geometry(spatial_shape, kernel_size, stride, padding, dilation, op: s
         raise ValueError(f"{op}: padding must be non-negative, got {list(padding)}")
 
 
+# Geometry is checked once per distinct layer shape, not per call: the hot
+# path converts its int[] arguments to tuples and looks them up.
+
+
+@functools.lru_cache(maxsize=256)
+def _subm_geometry(op: str, spatial_shape: tuple, kernel_size: tuple, dilation: tuple):
+    ks, dil = triple(kernel_size, "kernel_size"), triple(dilation, "dilation")
+    _check_geometry(spatial_shape, ks, (1, 1, 1), (0, 0, 0), dil, op)
+    return tuple(int(s) for s in spatial_shape), ks, subm_padding(ks, dil), dil
+
+
+@functools.lru_cache(maxsize=256)
+def _strided_geometry(spatial_shape: tuple, kernel_size: tuple, stride: tuple, padding: tuple, dilation: tuple):
+    ks, st = triple(kernel_size, "kernel_size"), triple(stride, "stride")
+    pad, dil = triple(padding, "padding"), triple(dilation, "dilation")
+    _check_geometry(spatial_shape, ks, st, pad, dil, "sparse_rulebook_strided")
+    shape = tuple(int(s) for s in spatial_shape)
+    return shape, conv_output_shape(shape, ks, st, pad, dil), ks, st, pad, dil
+
+
+def _kernel_volume(kernel_size) -> int:
+    return kernel_size[0] * kernel_size[1] * kernel_size[2]
+
+
 # --------------------------------------------------------------------------
-# sparse_rulebook_subm
+# sparse_rulebook_subm (neighbour map) and sparse_rulebook_subm_ordered
+# (neighbour map and its row schedule; what SubMConv3d calls)
 # --------------------------------------------------------------------------
 
 
-@torch.library.custom_op("hybrid_trt::sparse_rulebook_subm", mutates_args=())
-def sparse_rulebook_subm(
-    indices: torch.Tensor,
-    spatial_shape: list[int],
-    kernel_size: list[int],
-    dilation: list[int],
-) -> torch.Tensor:
+def _subm_torch(indices, spatial_shape, kernel_size, dilation):
     """Neighbour map of a submanifold conv: outputs are the input sites."""
-    ks, dil = triple(kernel_size, "kernel_size"), triple(dilation, "dilation")
     _check_indices(indices, "sparse_rulebook_subm")
-    _check_geometry(spatial_shape, ks, (1, 1, 1), (0, 0, 0), dil, "sparse_rulebook_subm")
-    return reference.neighbor_map(indices, indices, spatial_shape, ks, (1, 1, 1), subm_padding(ks, dil), dil)
+    shape, ks, pad, dil = _subm_geometry("sparse_rulebook_subm", tuple(spatial_shape), tuple(kernel_size),
+                                         tuple(dilation))
+    return reference.neighbor_map(indices, indices, shape, ks, (1, 1, 1), pad, dil)
 
 
-@sparse_rulebook_subm.register_kernel("cuda")
-def _(indices, spatial_shape, kernel_size, dilation):
-    ks, dil = triple(kernel_size, "kernel_size"), triple(dilation, "dilation")
-    _check_indices(indices, "sparse_rulebook_subm")
-    _check_geometry(spatial_shape, ks, (1, 1, 1), (0, 0, 0), dil, "sparse_rulebook_subm")
+def _subm_cuda(indices, spatial_shape, kernel_size, dilation):
     if _FORCE_TORCH:
-        return reference.neighbor_map(indices, indices, spatial_shape, ks, (1, 1, 1), subm_padding(ks, dil), dil)
-    return _rulebook_kernels().neighbor_search(
-        indices, indices, spatial_shape, ks, (1, 1, 1), subm_padding(ks, dil), dil
-    )
+        return _subm_torch(indices, spatial_shape, kernel_size, dilation)
+    _check_indices(indices, "sparse_rulebook_subm")
+    shape, ks, pad, dil = _subm_geometry("sparse_rulebook_subm", tuple(spatial_shape), tuple(kernel_size),
+                                         tuple(dilation))
+    return _rulebook_kernels().neighbor_search(indices, indices, shape, ks, (1, 1, 1), pad, dil)
 
 
-@sparse_rulebook_subm.register_fake
-def _(indices, spatial_shape, kernel_size, dilation):
-    K = kernel_size[0] * kernel_size[1] * kernel_size[2]
-    return indices.new_empty((indices.shape[0], K), dtype=torch.int32)
+def _subm_fake(indices, spatial_shape, kernel_size, dilation):
+    return indices.new_empty((indices.shape[0], _kernel_volume(kernel_size)), dtype=torch.int32)
+
+
+sparse_rulebook_subm = _define(
+    "sparse_rulebook_subm(Tensor indices, int[] spatial_shape, int[] kernel_size, int[] dilation) -> Tensor",
+    _subm_torch, _subm_cuda, _subm_fake,
+)
+
+
+def _subm_ordered_torch(indices, spatial_shape, kernel_size, dilation):
+    nbr = _subm_torch(indices, spatial_shape, kernel_size, dilation)
+    return nbr, reference.mask_order(nbr)
+
+
+def _subm_ordered_cuda(indices, spatial_shape, kernel_size, dilation):
+    if _FORCE_TORCH:
+        return _subm_ordered_torch(indices, spatial_shape, kernel_size, dilation)
+    _check_indices(indices, "sparse_rulebook_subm_ordered")
+    shape, ks, _, dil = _subm_geometry("sparse_rulebook_subm_ordered", tuple(spatial_shape), tuple(kernel_size),
+                                       tuple(dilation))
+    return _rulebook_kernels().subm_rulebook(indices, shape, ks, dil)
+
+
+def _subm_ordered_fake(indices, spatial_shape, kernel_size, dilation):
+    n = indices.shape[0]
+    return (indices.new_empty((n, _kernel_volume(kernel_size)), dtype=torch.int32),
+            indices.new_empty((n,), dtype=torch.int32))
+
+
+sparse_rulebook_subm_ordered = _define(
+    "sparse_rulebook_subm_ordered(Tensor indices, int[] spatial_shape, int[] kernel_size, int[] dilation)"
+    " -> (Tensor, Tensor)",
+    _subm_ordered_torch, _subm_ordered_cuda, _subm_ordered_fake,
+)
 
 
 # --------------------------------------------------------------------------
@@ -116,45 +193,39 @@ def _(indices, spatial_shape, kernel_size, dilation):
 # --------------------------------------------------------------------------
 
 
-def _strided_geometry(indices, spatial_shape, kernel_size, stride, padding, dilation):
-    ks, st = triple(kernel_size, "kernel_size"), triple(stride, "stride")
-    pad, dil = triple(padding, "padding"), triple(dilation, "dilation")
+def _strided_torch(indices, spatial_shape, kernel_size, stride, padding, dilation):
+    """Output sites (sorted by (b, z, y, x)), neighbour map and row schedule
+    of a regular sparse conv. The number of output sites depends on the data."""
     _check_indices(indices, "sparse_rulebook_strided")
-    _check_geometry(spatial_shape, ks, st, pad, dil, "sparse_rulebook_strided")
-    return conv_output_shape(spatial_shape, ks, st, pad, dil), ks, st, pad, dil
+    _, out_shape, ks, st, pad, dil = _strided_geometry(
+        tuple(spatial_shape), tuple(kernel_size), tuple(stride), tuple(padding), tuple(dilation))
+    out_indices, nbr = reference.strided_rulebook(indices, out_shape, ks, st, pad, dil)
+    return out_indices, nbr, reference.mask_order(nbr)
 
 
-@torch.library.custom_op("hybrid_trt::sparse_rulebook_strided", mutates_args=())
-def sparse_rulebook_strided(
-    indices: torch.Tensor,
-    spatial_shape: list[int],
-    kernel_size: list[int],
-    stride: list[int],
-    padding: list[int],
-    dilation: list[int],
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Output sites (sorted by (b, z, y, x)) and neighbour map of a regular
-    sparse conv. The number of output sites depends on the data."""
-    geometry = _strided_geometry(indices, spatial_shape, kernel_size, stride, padding, dilation)
-    return reference.strided_rulebook(indices, *geometry)
-
-
-@sparse_rulebook_strided.register_kernel("cuda")
-def _(indices, spatial_shape, kernel_size, stride, padding, dilation):
-    geometry = _strided_geometry(indices, spatial_shape, kernel_size, stride, padding, dilation)
+def _strided_cuda(indices, spatial_shape, kernel_size, stride, padding, dilation):
     if _FORCE_TORCH:
-        return reference.strided_rulebook(indices, *geometry)
+        return _strided_torch(indices, spatial_shape, kernel_size, stride, padding, dilation)
+    _check_indices(indices, "sparse_rulebook_strided")
+    geometry = _strided_geometry(tuple(spatial_shape), tuple(kernel_size), tuple(stride), tuple(padding),
+                                 tuple(dilation))
     return _rulebook_kernels().strided_rulebook(indices, *geometry)
 
 
-@sparse_rulebook_strided.register_fake
-def _(indices, spatial_shape, kernel_size, stride, padding, dilation):
-    K = kernel_size[0] * kernel_size[1] * kernel_size[2]
+def _strided_fake(indices, spatial_shape, kernel_size, stride, padding, dilation):
     num_out = torch.library.get_ctx().new_dynamic_size()
     return (
         indices.new_empty((num_out, 4), dtype=torch.int32),
-        indices.new_empty((num_out, K), dtype=torch.int32),
+        indices.new_empty((num_out, _kernel_volume(kernel_size)), dtype=torch.int32),
+        indices.new_empty((num_out,), dtype=torch.int32),
     )
+
+
+sparse_rulebook_strided = _define(
+    "sparse_rulebook_strided(Tensor indices, int[] spatial_shape, int[] kernel_size, int[] stride, "
+    "int[] padding, int[] dilation) -> (Tensor, Tensor, Tensor)",
+    _strided_torch, _strided_cuda, _strided_fake,
+)
 
 
 # --------------------------------------------------------------------------
@@ -162,22 +233,25 @@ def _(indices, spatial_shape, kernel_size, stride, padding, dilation):
 # --------------------------------------------------------------------------
 
 
-@torch.library.custom_op("hybrid_trt::sparse_rulebook_transpose", mutates_args=())
-def sparse_rulebook_transpose(nbr: torch.Tensor, num_in: int) -> torch.Tensor:
+def _transpose_torch(nbr, num_in):
     """Neighbour map of the inverse conv of the conv that produced ``nbr``."""
     return reference.transpose_neighbor_map(nbr, num_in)
 
 
-@sparse_rulebook_transpose.register_kernel("cuda")
-def _(nbr, num_in):
+def _transpose_cuda(nbr, num_in):
     if _FORCE_TORCH:
         return reference.transpose_neighbor_map(nbr, num_in)
     return _rulebook_kernels().transpose_neighbor_map(nbr, num_in)
 
 
-@sparse_rulebook_transpose.register_fake
-def _(nbr, num_in):
+def _transpose_fake(nbr, num_in):
     return nbr.new_empty((num_in, nbr.shape[1]), dtype=torch.int32)
+
+
+sparse_rulebook_transpose = _define(
+    "sparse_rulebook_transpose(Tensor nbr, SymInt num_in) -> Tensor",
+    _transpose_torch, _transpose_cuda, _transpose_fake,
+)
 
 
 # --------------------------------------------------------------------------
@@ -185,24 +259,27 @@ def _(nbr, num_in):
 # --------------------------------------------------------------------------
 
 
-@torch.library.custom_op("hybrid_trt::sparse_rulebook_order", mutates_args=())
-def sparse_rulebook_order(nbr: torch.Tensor) -> torch.Tensor:
+def _order_torch(nbr):
     """Row schedule for the compute kernel (rows grouped by neighbour mask).
     Computed once per rulebook and cached with it; any permutation of
     ``range(M)`` gives the same result."""
     return reference.mask_order(nbr)
 
 
-@sparse_rulebook_order.register_kernel("cuda")
-def _(nbr):
+def _order_cuda(nbr):
     if _FORCE_TORCH:
         return reference.mask_order(nbr)
     return _rulebook_kernels().mask_order(nbr)
 
 
-@sparse_rulebook_order.register_fake
-def _(nbr):
+def _order_fake(nbr):
     return nbr.new_empty((nbr.shape[0],), dtype=torch.int32)
+
+
+sparse_rulebook_order = _define(
+    "sparse_rulebook_order(Tensor nbr) -> Tensor",
+    _order_torch, _order_cuda, _order_fake,
+)
 
 
 # --------------------------------------------------------------------------
@@ -268,6 +345,7 @@ def _(features, weight, nbr, bias, order=None):
 
 OPS = (
     sparse_rulebook_subm,
+    sparse_rulebook_subm_ordered,
     sparse_rulebook_strided,
     sparse_rulebook_transpose,
     sparse_rulebook_order,

@@ -3,21 +3,37 @@ the rulebook ops).
 
 A layer at tens of thousands of voxels does only tens of microseconds of GPU
 work per step, so what these launchers are built to cut is the number of
-launches and host round trips: each step is one fused kernel, and the strided
-rulebook has a single host synchronisation (its output size).
+launches, allocations and host round trips (benchmarks/profile_sparse.py
+measures each step; benchmarks/results/sparse_rulebook_notes.md compares
+them with spconv 2.x).
 
-  * ``neighbor_search``: hash table of the input sites (open addressing,
-    linear probing, built with compare-and-swap), then one probe per (output
-    site, kernel offset). No sort; the result does not depend on thread
-    timing, because each lookup returns the row stored with its key.
-  * ``strided_rulebook``: candidate output key per (input row, offset), one
-    radix sort of the candidates (invalid ones carry a sentinel that sorts
-    last), run heads numbered by a prefix sum, one scatter kernel writing
-    output coordinates and the neighbour map. Output sites come out sorted by
-    key, the same order as the torch reference. Keys are int32 whenever they
-    fit, which halves the sort.
+  * Input sites go into a hash table (open addressing, linear probing,
+    compare-and-swap inserts, load factor <= 1/4). The result never depends
+    on thread timing: each lookup returns the row stored with its key.
+  * ``_hash_search_kernel`` probes every (output site, kernel offset) of a
+    tile of output rows and writes whole map rows; the output sites are an
+    index tensor (SubM, or any given set) or sorted output keys, which it
+    decodes into the output coordinates on the way. It can also write each
+    row's neighbour mask, the sort key of the row schedule, so no separate
+    pass over the map is needed.
+  * ``subm_rulebook``: table, search with mask keys, stable argsort of the
+    keys. Three Triton/torch launches plus the sort, no host synchronisation.
+  * ``strided_rulebook``: one kernel computes every (input row, offset)'s
+    output key, inserts it into a second, key-only hash table and appends the
+    keys it inserted first to a list of unique sites; the list's length is
+    the one host synchronisation. Only those M unique keys are sorted (not the
+    N * K candidates), then the same search kernel as SubM fills the map (a
+    pull over the output sites) and the mask keys. Output sites come out
+    sorted by key, the order of the torch reference. Keys are int32 whenever
+    one sample's output grid fits; a batch index that overflows them is
+    flagged by the kernel and the build is redone in int64.
   * ``transpose_neighbor_map``: scatter of the inverse-conv rulebook.
-  * ``mask_order``: neighbour bitmask per row, then a stable argsort.
+  * ``mask_order``: neighbour mask per row, then a stable argsort (for maps
+    that did not come out of a search, i.e. the transposed one).
+
+The launchers that build a rulebook take ``mark``, a profiling hook called
+with the name of each step as it starts (benchmarks/profile_sparse.py); the
+ops pass none.
 
 Imported lazily for the same reason as triton_gemm.py: the interpreter
 (``TRITON_INTERPRET=1``) must be on before ``@triton.jit`` runs; the CPU
@@ -26,16 +42,25 @@ tests drive these launchers through it.
 
 from __future__ import annotations
 
+import functools
+import math
+from typing import Callable, Optional
+
 import torch
 import triton
 import triton.language as tl
 
-from .geometry import Triple
+from .geometry import Triple, subm_padding
 
 _EMPTY = tl.constexpr(-1)  # free hash slot; keys are non-negative
 _INT32_MAX = 2**31 - 1
 _INT64_MAX = 2**63 - 1
 _BLOCK = 256
+# Mask key of a row: its neighbour bitmask while it fits an int32, else the
+# neighbour count (the same keys as reference.mask_order).
+_MASK_BITS, _MASK_COUNT = 1, 2
+
+Mark = Optional[Callable[[str], None]]
 
 
 @triton.jit
@@ -53,7 +78,7 @@ def _site_key(idx_ptr, row, mask, D, H, W):
 def _hash_slot(key, shift):
     # Fibonacci hashing: the top bits of (key * 2^32 / phi) mod 2^32. Row-major
     # keys of neighbours differ in their low bits, which this spreads out.
-    return ((key * 2654435769) & 0xFFFFFFFF) >> shift
+    return ((key.to(tl.int64) * 2654435769) & 0xFFFFFFFF) >> shift
 
 
 @triton.jit
@@ -83,25 +108,48 @@ def _hash_insert_kernel(
 
 @triton.jit
 def _hash_search_kernel(
-    out_idx_ptr, table_key_ptr, table_row_ptr, nbr_ptr,
+    out_ptr, table_key_ptr, table_row_ptr, nbr_ptr, out_idx_ptr, mask_key_ptr,
     M, cap_mask, shift,
-    D, H, W,
+    D, H, W, OD, OH, OW,
     SZ, SY, SX, PZ, PY, PX, DZ, DY, DX,
     KY: tl.constexpr, KX: tl.constexpr, K: tl.constexpr, KP: tl.constexpr,
+    FROM_KEYS: tl.constexpr, MASK_KEY: tl.constexpr,
     BLOCK_M: tl.constexpr,
 ):
-    # One tile = BLOCK_M output sites x all kernel offsets, so each output
-    # row's coordinates are loaded once and its map row is stored contiguously.
+    """nbr[m, k] = input row at o_m * S - P + k * D (or -1), for BLOCK_M output
+    sites x all kernel offsets per program, so each output row's coordinates
+    are read once and its map row is stored contiguously.
+
+    Output sites: rows of an int32 [M, 4] index tensor, or (FROM_KEYS) sorted
+    row-major keys of the (OD, OH, OW) grid, decoded here and written to
+    out_idx. MASK_KEY: also write each row's mask key."""
     m = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
     k = tl.arange(0, KP)
     m_ok = m < M
     kz = (k // (KY * KX))[None, :]
     ky = ((k // KX) % KY)[None, :]
     kx = (k % KX)[None, :]
-    b = tl.load(out_idx_ptr + m * 4 + 0, mask=m_ok, other=0).to(tl.int64)[:, None]
-    z = tl.load(out_idx_ptr + m * 4 + 1, mask=m_ok, other=0).to(tl.int64)[:, None] * SZ - PZ + kz * DZ
-    y = tl.load(out_idx_ptr + m * 4 + 2, mask=m_ok, other=0).to(tl.int64)[:, None] * SY - PY + ky * DY
-    x = tl.load(out_idx_ptr + m * 4 + 3, mask=m_ok, other=0).to(tl.int64)[:, None] * SX - PX + kx * DX
+    if FROM_KEYS:
+        site = tl.load(out_ptr + m, mask=m_ok, other=0).to(tl.int64)
+        ox = site % OW
+        rest = site // OW
+        oy = rest % OH
+        rest = rest // OH
+        oz = rest % OD
+        ob = rest // OD
+        tl.store(out_idx_ptr + m * 4 + 0, ob.to(tl.int32), mask=m_ok)
+        tl.store(out_idx_ptr + m * 4 + 1, oz.to(tl.int32), mask=m_ok)
+        tl.store(out_idx_ptr + m * 4 + 2, oy.to(tl.int32), mask=m_ok)
+        tl.store(out_idx_ptr + m * 4 + 3, ox.to(tl.int32), mask=m_ok)
+    else:
+        ob = tl.load(out_ptr + m * 4 + 0, mask=m_ok, other=0).to(tl.int64)
+        oz = tl.load(out_ptr + m * 4 + 1, mask=m_ok, other=0).to(tl.int64)
+        oy = tl.load(out_ptr + m * 4 + 2, mask=m_ok, other=0).to(tl.int64)
+        ox = tl.load(out_ptr + m * 4 + 3, mask=m_ok, other=0).to(tl.int64)
+    b = ob[:, None]
+    z = oz[:, None] * SZ - PZ + kz * DZ
+    y = oy[:, None] * SY - PY + ky * DY
+    x = ox[:, None] * SX - PX + kx * DX
     store_ok = m_ok[:, None] & (k < K)[None, :]
     todo = store_ok & (z >= 0) & (z < D) & (y >= 0) & (y < H) & (x >= 0) & (x < W)
     key = ((b * D + z) * H + y) * W + x
@@ -114,20 +162,30 @@ def _hash_search_kernel(
         todo = todo & (v != _EMPTY) & (v != key)
         slot = (slot + 1) & cap_mask
     tl.store(nbr_ptr + m[:, None] * K + k[None, :], row, mask=store_ok)
+    if MASK_KEY == 1:  # distinct bits: the sum is the OR
+        mask_key = tl.sum(tl.where(row >= 0, 1 << k[None, :], 0), axis=1)
+        tl.store(mask_key_ptr + m, mask_key.to(tl.int32), mask=m_ok)
+    elif MASK_KEY == 2:
+        mask_key = tl.sum((row >= 0).to(tl.int32), axis=1)
+        tl.store(mask_key_ptr + m, mask_key.to(tl.int32), mask=m_ok)
 
 
 @triton.jit
-def _strided_candidates_kernel(
-    idx_ptr, key_ptr, overflow_ptr,
-    total, OD, OH, OW,
+def _strided_sites_kernel(
+    idx_ptr, table_ptr, sites_ptr, status_ptr,
+    total, cap_mask, shift, sites_cap,
+    OD, OH, OW,
     SZ, SY, SX, PZ, PY, PX, DZ, DY, DX,
-    SENTINEL,
+    LIMIT,
     KY: tl.constexpr, KX: tl.constexpr, K: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
-    """key[n * K + k] = output site that input row n reaches through offset k,
-    or SENTINEL where it reaches none (off the stride lattice or the grid)."""
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    """The output site that input row n reaches through offset k (for every
+    pair n * K + k), inserted into a key-only hash table; the lane whose
+    insert created a key appends it to sites[status[0]++]. status[1] is set
+    when a key exceeds LIMIT (the table's dtype)."""
+    lane = tl.arange(0, BLOCK)
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + lane
     mask = offs < total
     n = offs // K
     k = offs % K
@@ -147,48 +205,27 @@ def _strided_candidates_kernel(
              & (oz * SZ == nz) & (oy * SY == ny) & (ox * SX == nx)
              & (oz < OD) & (oy < OH) & (ox < OW))
     key = ((b * OD + oz) * OH + oy) * OW + ox
-    # A key that does not fit the narrow dtype (a batch index beyond what the
-    # launcher assumed) is flagged; the launcher then redoes it in int64.
-    tl.store(overflow_ptr + tl.zeros([BLOCK], tl.int32), tl.full([BLOCK], 1, tl.int32), mask=valid & (key >= SENTINEL))
-    tl.store(key_ptr + offs, tl.where(valid, key, SENTINEL).to(key_ptr.dtype.element_ty), mask=mask)
-
-
-@triton.jit
-def _run_heads_kernel(skey_ptr, head_ptr, total, SENTINEL, BLOCK: tl.constexpr):
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < total
-    s = tl.load(skey_ptr + offs, mask=mask, other=SENTINEL)
-    prev = tl.load(skey_ptr + offs - 1, mask=mask & (offs > 0), other=-1)
-    head = (s != SENTINEL) & (s != prev)
-    tl.store(head_ptr + offs, head.to(tl.int32), mask=mask)
-
-
-@triton.jit
-def _strided_fill_kernel(
-    skey_ptr, pair_ptr, site_ptr, nbr_ptr, out_idx_ptr,
-    total, OD, OH, OW, SENTINEL,
-    K: tl.constexpr, BLOCK: tl.constexpr,
-):
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < total
-    s = tl.load(skey_ptr + offs, mask=mask, other=SENTINEL)
-    valid = mask & (s != SENTINEL)
-    site = tl.load(site_ptr + offs, mask=valid, other=1).to(tl.int64) - 1  # inclusive prefix sum of heads
-    pair = tl.load(pair_ptr + offs, mask=valid, other=0)
-    tl.store(nbr_ptr + site * K + pair % K, (pair // K).to(tl.int32), mask=valid)
-    prev = tl.load(skey_ptr + offs - 1, mask=valid & (offs > 0), other=-1)
-    head = valid & (s != prev)
-    key = s.to(tl.int64)
-    x = key % OW
-    rest = key // OW
-    y = rest % OH
-    rest = rest // OH
-    z = rest % OD
-    b = rest // OD
-    tl.store(out_idx_ptr + site * 4 + 0, b.to(tl.int32), mask=head)
-    tl.store(out_idx_ptr + site * 4 + 1, z.to(tl.int32), mask=head)
-    tl.store(out_idx_ptr + site * 4 + 2, y.to(tl.int32), mask=head)
-    tl.store(out_idx_ptr + site * 4 + 3, x.to(tl.int32), mask=head)
+    # A key that does not fit the table's dtype (a batch index beyond what
+    # the launcher assumed) is flagged; the launcher then redoes it in int64.
+    too_wide = valid & (key > LIMIT)
+    tl.store(status_ptr + 1 + tl.zeros([BLOCK], tl.int32), tl.full([BLOCK], 1, tl.int32), mask=too_wide)
+    todo = valid & (key <= LIMIT)
+    key = key.to(table_ptr.dtype.element_ty)
+    slot = _hash_slot(key, shift)
+    scratch = cap_mask + 1 + lane  # see _hash_insert_kernel
+    empty = tl.full([BLOCK], _EMPTY, table_ptr.dtype.element_ty)
+    created = tl.zeros([BLOCK], tl.int32)
+    while tl.max(todo.to(tl.int32), axis=0) > 0:
+        target = tl.where(todo, slot, scratch)
+        prev = tl.atomic_cas(table_ptr + target, empty, key, sem="relaxed")
+        created = tl.where(todo & (prev == _EMPTY), 1, created)
+        todo = todo & (prev != _EMPTY) & (prev != key)
+        slot = (slot + 1) & cap_mask
+    # One atomic per program reserves room for its new sites. Their order in
+    # the list depends on timing; the launcher sorts the list.
+    base = tl.atomic_add(status_ptr, tl.sum(created, axis=0), sem="relaxed")
+    pos = base + tl.cumsum(created, axis=0) - created
+    tl.store(sites_ptr + pos, key, mask=(created > 0) & (pos < sites_cap))
 
 
 @triton.jit
@@ -218,6 +255,27 @@ def _grid(total: int, block: int = _BLOCK) -> tuple[int]:
     return (triton.cdiv(total, block),)
 
 
+@functools.lru_cache(maxsize=None)
+def _kernel_shape(kernel_size: Triple) -> tuple[int, int, int, int]:
+    """K, K padded to a power of two, rows per search tile, mask-key kind."""
+    K = math.prod(kernel_size)
+    kp = triton.next_power_of_2(K)
+    return K, kp, max(1, 1024 // kp), _MASK_BITS if K <= 31 else _MASK_COUNT
+
+
+@functools.lru_cache(maxsize=None)
+def _sites_per_input(kernel_size: Triple, stride: Triple, dilation: Triple) -> int:
+    """Most output sites one input site can reach: along an axis, the offsets
+    k with (i + P - k * D) divisible by S repeat every S / gcd(S, D) steps."""
+    return math.prod(
+        min(k, -(-k * math.gcd(s, d) // s)) for k, s, d in zip(kernel_size, stride, dilation)
+    )
+
+
+def _order(mask_key: torch.Tensor) -> torch.Tensor:
+    return torch.argsort(mask_key, stable=True).to(torch.int32)
+
+
 def _hash_table(in_indices: torch.Tensor, in_spatial_shape) -> tuple[torch.Tensor, torch.Tensor, int, int]:
     """Open-addressing table of the input sites at load factor <= 1/4 (short
     probe chains; 12 bytes a slot), plus one scratch slot per lane."""
@@ -228,9 +286,29 @@ def _hash_table(in_indices: torch.Tensor, in_spatial_shape) -> tuple[torch.Tenso
     cap = 1 << log2cap
     keys = torch.full((cap + _BLOCK,), _EMPTY.value, dtype=torch.int64, device=in_indices.device)
     rows = torch.empty((cap,), dtype=torch.int32, device=in_indices.device)
-    D, H, W = (int(s) for s in in_spatial_shape)
+    D, H, W = in_spatial_shape
     _hash_insert_kernel[_grid(N)](in_indices, keys, rows, N, cap - 1, 32 - log2cap, D, H, W, BLOCK=_BLOCK)
     return keys, rows, cap - 1, 32 - log2cap
+
+
+def _search(sites, table, nbr, in_spatial_shape, kernel_size, stride, padding, dilation,
+            out_spatial_shape=None, out_indices=None, mask_key=None) -> None:
+    """Fill ``nbr`` for output ``sites``: an int32 [M, 4] index tensor, or with
+    ``out_spatial_shape`` sorted keys of that grid, decoded into
+    ``out_indices``. ``mask_key`` (optional) receives the rows' mask keys."""
+    K, kp, block_m, key_kind = _kernel_shape(kernel_size)
+    M = nbr.shape[0]
+    keys, rows, cap_mask, shift = table
+    from_keys = out_spatial_shape is not None
+    _hash_search_kernel[_grid(M, block_m)](
+        sites, keys, rows, nbr,
+        out_indices if from_keys else nbr,  # unused pointers get any tensor
+        mask_key if mask_key is not None else nbr,
+        M, cap_mask, shift,
+        *in_spatial_shape, *(out_spatial_shape if from_keys else (1, 1, 1)), *stride, *padding, *dilation,
+        KY=kernel_size[1], KX=kernel_size[2], K=K, KP=kp,
+        FROM_KEYS=from_keys, MASK_KEY=0 if mask_key is None else key_kind, BLOCK_M=block_m,
+    )
 
 
 def neighbor_search(
@@ -243,71 +321,114 @@ def neighbor_search(
     dilation: Triple,
 ) -> torch.Tensor:
     """Same result as reference.neighbor_map (input sites must be unique)."""
-    K = kernel_size[0] * kernel_size[1] * kernel_size[2]
+    K = _kernel_shape(kernel_size)[0]
     M, N = out_indices.shape[0], in_indices.shape[0]
     nbr = torch.empty((M, K), dtype=torch.int32, device=out_indices.device)
     if M == 0:
         return nbr
     if N == 0:
         return nbr.fill_(-1)
-    in_indices, out_indices = in_indices.contiguous(), out_indices.contiguous()
-    keys, rows, cap_mask, shift = _hash_table(in_indices, in_spatial_shape)
-    kp = triton.next_power_of_2(K)
-    block_m = max(1, 1024 // kp)
-    D, H, W = (int(s) for s in in_spatial_shape)
-    _hash_search_kernel[_grid(M, block_m)](
-        out_indices, keys, rows, nbr, M, cap_mask, shift, D, H, W,
-        *stride, *padding, *dilation,
-        KY=kernel_size[1], KX=kernel_size[2], K=K, KP=kp, BLOCK_M=block_m,
-    )
+    in_shape = tuple(int(s) for s in in_spatial_shape)
+    table = _hash_table(in_indices.contiguous(), in_shape)
+    _search(out_indices.contiguous(), table, nbr, in_shape, kernel_size, stride, padding, dilation)
     return nbr
+
+
+def subm_rulebook(
+    indices: torch.Tensor, spatial_shape, kernel_size: Triple, dilation: Triple, mark: Mark = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Neighbour map and row schedule of a submanifold conv: the same result as
+    (reference.neighbor_map, reference.mask_order), in one search pass."""
+    K = _kernel_shape(kernel_size)[0]
+    N = indices.shape[0]
+    device = indices.device
+    nbr = torch.empty((N, K), dtype=torch.int32, device=device)
+    mask_key = torch.empty((N,), dtype=torch.int32, device=device)
+    if N == 0:
+        return nbr, mask_key
+    indices = indices.contiguous()
+    shape = tuple(int(s) for s in spatial_shape)
+    if mark:
+        mark("hash table")
+    table = _hash_table(indices, shape)
+    if mark:
+        mark("search + mask keys")
+    _search(indices, table, nbr, shape, kernel_size, (1, 1, 1), subm_padding(kernel_size, dilation), dilation,
+            mask_key=mask_key)
+    if mark:
+        mark("order (argsort)")
+    return nbr, _order(mask_key)
 
 
 def strided_rulebook(
     in_indices: torch.Tensor,
+    in_spatial_shape,
     out_spatial_shape,
     kernel_size: Triple,
     stride: Triple,
     padding: Triple,
     dilation: Triple,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Same result as reference.strided_rulebook: output sites sorted by key."""
-    K = kernel_size[0] * kernel_size[1] * kernel_size[2]
+    mark: Mark = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Output sites (sorted by key), neighbour map and row schedule of a regular
+    sparse conv: the same result as reference.strided_rulebook followed by
+    reference.mask_order."""
+    K = _kernel_shape(kernel_size)[0]
     N = in_indices.shape[0]
     device = in_indices.device
     if N == 0:
         return (torch.empty((0, 4), dtype=torch.int32, device=device),
-                torch.empty((0, K), dtype=torch.int32, device=device))
+                torch.empty((0, K), dtype=torch.int32, device=device),
+                torch.empty((0,), dtype=torch.int32, device=device))
     in_indices = in_indices.contiguous()
-    OD, OH, OW = (int(s) for s in out_spatial_shape)
+    in_shape = tuple(int(s) for s in in_spatial_shape)
+    out_shape = tuple(int(s) for s in out_spatial_shape)
+    if mark:
+        mark("input hash table")
+    # Queued before the synchronisation below, so it runs while the host waits.
+    table = _hash_table(in_indices, in_shape)
+    bound = N * _sites_per_input(kernel_size, stride, dilation)
+    log2cap = max(4, (2 * bound - 1).bit_length())  # load factor <= 1/2 even if every candidate is distinct
+    if log2cap > 32:
+        raise ValueError(f"sparse rulebook: {N} input sites may reach more output sites than a hash table holds")
+    total = N * K
     # int32 keys hold one sample's grid when its volume fits; a larger batch
     # index is caught by the overflow flag and redone in int64.
-    narrow = OD * OH * OW < _INT32_MAX
-    for dtype, sentinel in ((torch.int32, _INT32_MAX), (torch.int64, _INT64_MAX)):
+    narrow = math.prod(out_shape) < _INT32_MAX
+    for dtype, limit in ((torch.int32, _INT32_MAX), (torch.int64, _INT64_MAX)):
         if dtype == torch.int32 and not narrow:
             continue
-        total = N * K
-        keys = torch.empty((total,), dtype=dtype, device=device)
+        if mark:
+            mark(f"output sites ({'int32' if dtype == torch.int32 else 'int64'} keys)")
+        site_table = torch.full(((1 << log2cap) + _BLOCK,), _EMPTY.value, dtype=dtype, device=device)
+        sites = torch.empty((bound,), dtype=dtype, device=device)
         status = torch.zeros((2,), dtype=torch.int32, device=device)  # [sites, overflow]
-        _strided_candidates_kernel[_grid(total)](
-            in_indices, keys, status[1:], total, OD, OH, OW,
-            *stride, *padding, *dilation, sentinel,
+        _strided_sites_kernel[_grid(total)](
+            in_indices, site_table, sites, status, total, (1 << log2cap) - 1, 32 - log2cap, bound,
+            *out_shape, *stride, *padding, *dilation, limit,
             KY=kernel_size[1], KX=kernel_size[2], K=K, BLOCK=_BLOCK,
         )
-        skeys, pairs = torch.sort(keys)
-        heads = torch.empty((total,), dtype=torch.int32, device=device)
-        _run_heads_kernel[_grid(total)](skeys, heads, total, sentinel, BLOCK=_BLOCK)
-        site = torch.cumsum(heads, 0, dtype=torch.int32)
-        status[0] = site[-1]
+        if mark:
+            mark("sync: output size")
         M, overflow = status.tolist()  # the one host synchronisation: the output size
         if not overflow:
             break
-    nbr = torch.full((M, K), -1, dtype=torch.int32, device=device)
+    if M > bound:
+        raise RuntimeError(f"sparse rulebook: {M} output sites exceed the bound {bound}; this is a bug, please report it")
+    if mark:
+        mark("sort output sites")
+    sorted_sites = torch.sort(sites[:M]).values
+    if mark:
+        mark("search + mask keys")
+    nbr = torch.empty((M, K), dtype=torch.int32, device=device)
     out_indices = torch.empty((M, 4), dtype=torch.int32, device=device)
-    _strided_fill_kernel[_grid(total)](
-        skeys, pairs, site, nbr, out_indices, total, OD, OH, OW, sentinel, K=K, BLOCK=_BLOCK,
-    )
-    return out_indices, nbr
+    mask_key = torch.empty((M,), dtype=torch.int32, device=device)
+    if M:
+        _search(sorted_sites, table, nbr, in_shape, kernel_size, stride, padding, dilation,
+                out_spatial_shape=out_shape, out_indices=out_indices, mask_key=mask_key)
+    if mark:
+        mark("order (argsort)")
+    return out_indices, nbr, _order(mask_key)
 
 
 def transpose_neighbor_map(nbr: torch.Tensor, num_in: int) -> torch.Tensor:
@@ -328,4 +449,4 @@ def mask_order(nbr: torch.Tensor) -> torch.Tensor:
         kp = triton.next_power_of_2(K)
         block_m = max(1, 1024 // kp)
         _mask_key_kernel[_grid(M, block_m)](nbr.contiguous(), key, M, K=K, KP=kp, BITS=K <= 31, BLOCK_M=block_m)
-    return torch.argsort(key, stable=True).to(torch.int32)
+    return _order(key)
