@@ -238,6 +238,7 @@ class PartitionRuntime:
         self._recipe = recipe  # the stored recipe's bytes, read and checksummed on first call
         self._engines: dict = {}  # signature -> callable(inputs, sizes) (engines, or the Inductor fallback)
         self._built = 0
+        self._past_bound = False  # the engine bound was reached: shapes without an engine run through Inductor
         self._fallback: Optional[Callable] = None
         self._static_outputs: Optional[list] = None
         self._static_engine: Optional[Callable] = None
@@ -365,6 +366,8 @@ class PartitionRuntime:
         signature = (tuple(t.shape for t in inputs), tuple(sizes))
         runner = self._engines.get(signature)
         if runner is None:
+            if self._past_bound:  # no store lookup and no entry per shape: sizes may differ at every call
+                return self._fallback(inputs, sizes)
             return self._first_call(signature, inputs, sizes)
         return runner(inputs, sizes)
 
@@ -392,11 +395,21 @@ class PartitionRuntime:
         if self.policy.deploy:
             raise self._not_in_package(text)
         if self._built >= self.policy.max_engines:
+            # Once, not per shape: a partition whose sizes follow the data (a detector's per-box mask resize)
+            # meets a new shape at nearly every call, and a warning, an event and an entry each would grow
+            # without end. From here on every shape without an engine runs through Inductor (run()).
             self.report.events.append(
-                f"engine bound {self.policy.max_engines} reached: shape {text} runs through Inductor")
-            logger.warning("hybrid_trt: %s reached max_engines_per_partition=%d; shape %s runs through Inductor",
-                           self.name, self.policy.max_engines, text)
-            return self._route_to_inductor(signature, inputs, sizes)
+                f"engine bound {self.policy.max_engines} reached: shape {text} and every later new shape run "
+                "through Inductor")
+            logger.warning(
+                "hybrid_trt: %s reached max_engines_per_partition=%d at shape %s: its input shapes keep changing "
+                "(sizes that follow the data, e.g. per detection). This and every later new shape run through "
+                "Inductor (the %d built engines still serve their shapes). Raise max_engines_per_partition if "
+                "the shapes recur, or keep these ops with Inductor (force_inductor_ops=[...]).",
+                self.name, self.policy.max_engines, text, self.policy.max_engines)
+            self._inductor_runner()
+            self._past_bound = True
+            return self._fallback(inputs, sizes)
         try:
             t1 = time.perf_counter()
             model, out_metas = _lower(self.module, shapes, dtypes, tuple(sizes))
