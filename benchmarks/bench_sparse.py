@@ -11,7 +11,7 @@ Each case times two things per library, on a fresh random cloud and the same wei
     (spconv copies indice_dict into its *output*, so calling it again on the same input tensor would rebuild).
     Strided: neither module API reuses a forward strided conv's pairs (spconv asserts "only support reuse subm
     indices"), so "cached" is the conv computed on the pairs the layer stored under its indice_key: ours
-    through ``ops.sparse_conv_compute``, spconv through the calls its module makes when it reuses pairs
+    through the module's own compute step, spconv through the calls its module makes when it reuses pairs
     (``examples/lidar_spconv_twin.stored_pairs_compute``); spconv-triton has no such entry and shows "-".
 Outputs are cross-checked against ours (same active sites after sorting, features within a dtype tolerance
 relative to the norm), for the layer and the cached outputs. Ratio = ours / spconv (< 1: ours faster).
@@ -48,7 +48,6 @@ sys.path.insert(0, str(ROOT / "examples"))
 
 import lidar_detector  # noqa: E402
 from hybrid_trt.plugins.sparse import SparseConv3d, SparseConvTensor, SubMConv3d  # noqa: E402
-from hybrid_trt.plugins.sparse import ops  # noqa: E402
 
 try:
     import spconv
@@ -154,7 +153,7 @@ def _cached_call(label, conv, y, feats, coords, subm: bool):
         x_cached = y.replace_feature(feats)  # same sites, indice_dict holding the key
         return lambda: conv(x_cached).features
     if label == "ours":
-        return lambda: ops.sparse_conv_compute(feats, conv.weight, data.nbr, conv.bias, data.order)
+        return lambda: conv._compute(feats, data)  # what the module runs on a rulebook it has
     if label == "spconv":
         return lambda: twin.stored_pairs_compute(conv, feats, data)
     return None  # spconv-triton: no public entry to a stored strided rulebook
