@@ -311,7 +311,8 @@ def compile_observed(compile_graph, gm: fx.GraphModule, cudagraphs_box, plan: Ca
     if not plan.enabled:
         return compile_graph()
     reasons = list(blockers(gm, plan))  # before Inductor's passes rewrite gm
-    compiled = compile_graph()
+    with torch._inductor.config.patch(_data_dependent_split(gm)):
+        compiled = compile_graph()
     captured = bool(cudagraphs_box) if cudagraphs_box is not None else False
     partition_maps = getattr(compiled, "partition_maps", None)
     for why in (getattr(compiled, "disabled_cudagraphs_reason", None),
@@ -330,6 +331,23 @@ def compile_observed(compile_graph, gm: fx.GraphModule, cudagraphs_box, plan: Ca
     logger.info("hybrid_trt: graph %d CUDA graphs: %s%s", report.graph_index, status,
                 f" ({'; '.join(report.cuda_graphs.reasons)})" if report.cuda_graphs.reasons else "")
     return compiled
+
+
+def _data_dependent_split(gm: fx.GraphModule) -> dict:
+    """Inductor setting that keeps every tensor whose size comes from a data-dependent (unbacked) size out of
+    the captured segments. Without it, Inductor's graph partitioning put the first output of a multi-output op
+    with data-dependent sizes (the LiDAR example's strided rulebook) inside a captured segment, whose warm-up then
+    failed ("storage data ptrs are not allocated in pool"; pytorch/pytorch#172728 is the same class of bug). The
+    setting names the ops that produce such sizes; torch versions without it get nothing."""
+    from torch._inductor import config
+    if not hasattr(config, "cudagraph_unsafe_unbacked_ops"):
+        return {}
+    ops = sorted({node.target.name() for node in gm.graph.nodes
+                  if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload)
+                  and node.meta.get("unbacked_bindings")})
+    if not ops:
+        return {}
+    return {"cudagraph_unsafe_unbacked_ops": sorted(set(config.cudagraph_unsafe_unbacked_ops) | set(ops))}
 
 
 def blockers(gm: fx.GraphModule, plan: CapturePlan):

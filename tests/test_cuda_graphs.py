@@ -172,11 +172,17 @@ def test_cpu_partitions_are_planned_outside_graphs_and_run_correctly():
 # ---------------------------------------------------------------------------------------------- LiDAR example
 
 
-def test_lidar_data_dependent_parts_named_outside_graphs():
+def test_lidar_data_dependent_parts_named_outside_graphs(monkeypatch):
+    """Data-dependent parts are reported, and Inductor is told which ops make data-dependent sizes, so that no
+    tensor sized by them lands in a captured segment (its graph partitioning otherwise put one there)."""
     from examples import lidar_detector
     model = lidar_detector.build_model("small")
     feats, coords = lidar_detector.make_inputs("small", seed=0)
     start = len(hybrid_trt.reports())
+    splits = []
+    real_split = cudagraphs._data_dependent_split
+    monkeypatch.setattr(cudagraphs, "_data_dependent_split", lambda gm: splits.append(real_split(gm)) or splits[-1])
+    monkeypatch.setenv("TORCHINDUCTOR_FX_GRAPH_CACHE", "0")  # compile, so that the split is computed
     with torch.no_grad():
         expected = model(feats, coords)
         compiled = torch.compile(model, backend="hybrid_trt", fullgraph=True, options={"cuda_graphs": True})
@@ -187,6 +193,9 @@ def test_lidar_data_dependent_parts_named_outside_graphs():
                            or "segment" in r.status for r in records)
     reasons = [why for r in records for why in r.reasons]
     assert any("data-dependent size" in why for why in reasons), reasons
+    if hasattr(torch._inductor.config, "cudagraph_unsafe_unbacked_ops"):
+        named = {op for patch in splits for op in patch.get("cudagraph_unsafe_unbacked_ops", ())}
+        assert any(op.startswith("hybrid_trt::sparse_rulebook") for op in named), splits
 
 
 # ---------------------------------------------------------------------------------------------- CUDA
