@@ -52,6 +52,11 @@ def twin_conv(conv: _SparseConv, lib: Optional[ModuleType] = None) -> nn.Module:
     lib = lib or native_spconv()
     kind = type(conv)
     common = dict(bias=conv.bias is not None, indice_key=conv.indice_key)
+    if conv.weight.device.type == "cpu" and lib.__name__.startswith("spconv."):
+        from spconv.core import ConvAlgo
+
+        # Native spconv runs CPU tensors only with this algorithm; its CUDA builds default to implicit GEMM.
+        common["algo"] = ConvAlgo.Native
     if kind is SparseInverseConv3d:
         twin = lib.SparseInverseConv3d(conv.in_channels, conv.out_channels, conv.kernel_size, **common)
     elif kind in (SubMConv3d, SparseConv3d):
