@@ -14,8 +14,14 @@ The warm compile is split by Dynamo's own timers into what a warm start cannot s
 (for a cache hit: graph key, engine loads, Inductor's AOTAutograd cache key and lookup), "rest" the remainder
 (the first run, frames Dynamo skips). A Dynamo-only reference (backend "eager", nothing to cache) and the time a
 fresh process spends hashing torch's and Triton's sources for Inductor's cache key are measured beside them.
+hybrid_trt has torch compute those hashes in its worker thread while the backend computes its graph key and loads
+engines (``engines/graph.py``, ``source_hashes_in_background``), so on a machine with a free core they overlap.
+
+Each cold/warm pair runs in its own cache directories, ``--repeats`` times; every row gives the 1-minute load
+average at the start of its cold and warm process (the machine is shared: compare ratios within a row).
 
     .venv/bin/python benchmarks/bench_compile_time.py [--models resnet18,detector,lidar] [--repeats 1]
+        [--backends hybrid_trt,inductor]
 """
 from __future__ import annotations
 
@@ -34,6 +40,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 def child(name: str, backend: str, iters: int) -> None:
     t_start = time.perf_counter()
+    load_avg = os.getloadavg()[0]  # other sessions' load when this process started
     import torch
     sys.path.insert(0, str(ROOT))
     import hybrid_trt
@@ -69,6 +76,7 @@ def child(name: str, backend: str, iters: int) -> None:
     flat = lambda o: list(o) if isinstance(o, (tuple, list)) else [o]  # noqa: E731
     ok = all(torch.allclose(a.float(), b.float(), rtol=1e-3, atol=1e-3) for a, b in zip(flat(out), flat(expected)))
     result = {"compile_s": t1 - t0, "import_to_output_s": t1 - t_start, "call_ms": 1e3 * statistics.median(times),
+              "load_avg": load_avg,
               "matches": ok, "wall_end": time.time(), "trace_s": frames_s - backend_s,
               "backend_s": backend_s, "rest_s": t1 - t0 - frames_s,
               "graphs": graphs}
@@ -107,6 +115,8 @@ def run(name: str, backend: str, dirs: pathlib.Path, iters: int, threads: int) -
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--models", default="resnet18,detector,lidar")
+    parser.add_argument("--backends", default="hybrid_trt,inductor")
+    parser.add_argument("--repeats", type=int, default=1, help="cold/warm pairs per model and backend")
     parser.add_argument("--iters", type=int, default=30)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--child", nargs=3)
@@ -120,38 +130,48 @@ def main() -> None:
                             text=True).stdout.strip()
     print(f"Machine: {machine()}; commit {commit}; {args.threads} threads\n")
     print("| model | backend | cold compile s | warm compile s | warm/cold | cold process s | warm process s | "
-          "engines cold -> warm | Inductor graph warm | call ms cold | call ms warm | matches |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "engines cold -> warm | Inductor graph warm | call ms cold | call ms warm | matches | load cold/warm |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     breakdown = []
+    ratios: dict = {}
     for name in args.models.split(","):
-        for backend in ("hybrid_trt", "inductor"):
-            with tempfile.TemporaryDirectory(prefix="bench_compile_") as tmp:
-                iters = args.iters if name != "lidar" else max(3, args.iters // 6)  # ~2 s per call on CPU
-                cold = run(name, backend, pathlib.Path(tmp), iters, args.threads)
-                warm = run(name, backend, pathlib.Path(tmp), iters, args.threads)
-            breakdown.append((name, backend, cold, warm))
-            engines = (f"built {cold['built']} -> loaded {warm['loaded']}, built {warm['built']}"
-                       if backend == "hybrid_trt" else "-")
-            cached = ("from cache" if warm.get("from_inductor_cache") else "compiled") if backend == "hybrid_trt" \
-                else "-"
-            print(f"| {name} | {backend} | {cold['compile_s']:.2f} | {warm['compile_s']:.2f} | "
-                  f"{warm['compile_s'] / cold['compile_s']:.0%} | {cold['process_s']:.2f} | {warm['process_s']:.2f} | "
-                  f"{engines} | {cached} | {cold['call_ms']:.2f} | {warm['call_ms']:.2f} | "
-                  f"{cold['matches'] and warm['matches']} |", flush=True)
+        for backend in args.backends.split(","):
+            for _ in range(args.repeats):
+                with tempfile.TemporaryDirectory(prefix="bench_compile_") as tmp:
+                    iters = args.iters if name != "lidar" else max(3, args.iters // 6)  # ~2 s per call on CPU
+                    cold = run(name, backend, pathlib.Path(tmp), iters, args.threads)
+                    warm = run(name, backend, pathlib.Path(tmp), iters, args.threads)
+                breakdown.append((name, backend, cold, warm))
+                ratios.setdefault((name, backend), []).append(warm["compile_s"] / cold["compile_s"])
+                engines = (f"built {cold['built']} -> loaded {warm['loaded']}, built {warm['built']}"
+                           if backend == "hybrid_trt" else "-")
+                cached = ("from cache" if warm.get("from_inductor_cache") else "compiled") \
+                    if backend == "hybrid_trt" else "-"
+                print(f"| {name} | {backend} | {cold['compile_s']:.2f} | {warm['compile_s']:.2f} | "
+                      f"{warm['compile_s'] / cold['compile_s']:.0%} | {cold['process_s']:.2f} | "
+                      f"{warm['process_s']:.2f} | {engines} | {cached} | {cold['call_ms']:.2f} | "
+                      f"{warm['call_ms']:.2f} | "
+                      f"{cold['matches'] and warm['matches']} | {cold['load_avg']:.1f} / {warm['load_avg']:.1f} |",
+                      flush=True)
         with tempfile.TemporaryDirectory(prefix="bench_compile_") as tmp:
             iters = 1  # Dynamo alone: nothing is cached, so one process tells cold and warm
             breakdown.append((name, "eager (Dynamo only)", None, run(name, "eager", pathlib.Path(tmp), iters,
                                                                      args.threads)))
+    if args.repeats > 1:
+        print("\nwarm/cold, median of the pairs above (min-max):\n")
+        for (name, backend), rs in ratios.items():
+            print(f"- {name} {backend}: {statistics.median(rs):.0%} ({min(rs):.0%}-{max(rs):.0%}, {len(rs)} pairs)")
     print("\nWarm compile split (s), Dynamo's timers: dynamo = frame compiles less the backend (tracing, guards), "
-          "backend = inside the backend, rest = first run and the remainder; Dynamo-only reference: backend "
-          "\"eager\".\n")
-    print("| model | backend | warm compile s | dynamo s | backend s | rest s | graphs |")
-    print("|---|---|---|---|---|---|---|")
+          "backend = inside the backend, rest = first run and the remainder; engines = engine loads (in backend); "
+          "Dynamo-only reference: backend \"eager\".\n")
+    print("| model | backend | warm compile s | dynamo s | backend s | engines s | rest s | graphs | load |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for name, backend, _, warm in breakdown:
+        engine_s = f"{warm['engine_s']:.2f}" if "engine_s" in warm else "-"
         print(f"| {name} | {backend} | {warm['compile_s']:.2f} | {warm['trace_s']:.2f} | {warm['backend_s']:.2f} | "
-              f"{warm['rest_s']:.2f} | {warm['graphs']} |", flush=True)
-    print(f"\nHashing torch's and Triton's sources for Inductor's cache key, fresh process: "
-          f"{source_hash_seconds():.2f} s")
+              f"{engine_s} | {warm['rest_s']:.2f} | {warm['graphs']} | {warm['load_avg']:.1f} |", flush=True)
+    print(f"\nHashing torch's and Triton's sources for Inductor's cache key, fresh process (load "
+          f"{os.getloadavg()[0]:.1f}): {source_hash_seconds():.2f} s")
 
 
 if __name__ == "__main__":

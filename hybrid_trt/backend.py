@@ -23,7 +23,7 @@ from .partitioner import partition_graph
 from .partitioner.capability import NodeKind, classify, op_name
 from .partitioner.extract import extract
 from .report import CompileReport, InductorOp, PartitionReport, new_report
-from .engines.graph import GraphCache, graph_key, open_graph
+from .engines.graph import GraphCache, graph_key, open_graph, source_hashes_in_background
 from .engines.runtime import DelegateBuildError, PartitionRuntime, Policy, engine_store, prepare_runtime
 from .stitch.fallback import compile_stitched
 from .stitch.layout import keep_traced_strides, views_to_reshapes
@@ -102,14 +102,16 @@ def hybrid_trt_backend(gm: fx.GraphModule, example_inputs, options=None, mode=No
         with torch.compiler.config.patch(force_disable_caches=True):
             compiled = compile_inductor()
     else:
-        t0 = time.perf_counter()
-        graph = open_graph(store, graph_key(gm, example_inputs, weights, opts), policy)
-        logger.debug("hybrid_trt: graph %d key and stored engines in %.3f s", report.graph_index,
-                     time.perf_counter() - t0)
-        # The AOTAutograd cache keys the graph before partitioning, and the FX-graph cache the stitched graph:
-        # the tag (in both keys) keeps plain-Inductor and hybrid entries apart and ties them to the stored engines.
-        with torch.compiler.config.patch(cache_key_tag=graph.tag):
-            compiled = compile_inductor()
+        with source_hashes_in_background():  # Inductor's cache key needs them; they overlap with our key and loads
+            t0 = time.perf_counter()
+            graph = open_graph(store, graph_key(gm, example_inputs, weights, opts), policy)
+            logger.debug("hybrid_trt: graph %d key and stored engines in %.3f s", report.graph_index,
+                         time.perf_counter() - t0)
+            # The AOTAutograd cache keys the graph before partitioning, and the FX-graph cache the stitched graph:
+            # the tag (in both keys) keeps plain-Inductor and hybrid entries apart and ties them to the stored
+            # engines.
+            with torch.compiler.config.patch(cache_key_tag=graph.tag):
+                compiled = compile_inductor()
         if ran:
             graph.save(report, runtimes)  # inner_compile ran: record what the compiled graph calls
         elif graph.complete:

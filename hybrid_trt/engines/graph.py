@@ -18,6 +18,7 @@ a cache hit runs with no build and no lowering, and the report is complete.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -149,4 +150,27 @@ def open_graph(store: EngineStore, key: str, policy: Policy) -> GraphCache:
 
 def _entry_key(key: str) -> str:
     return f"graph-{key}"
+
+
+@contextlib.contextmanager
+def source_hashes_in_background():
+    """Inductor's cache keys include hashes of torch's and Triton's installed sources (``codecache.torch_key``
+    and ``triton_key``: every torch module and Triton's 500 MB library, 0.8 s on the 2-core CPU machine), computed
+    once per process at the first cache lookup. Torch caches them with ``prefetch()``, which starts the
+    computation in torch's own worker thread; started here, it overlaps with the graph key and the engine loads
+    that come before Inductor's lookup (file reads and sha256 release the GIL) instead of following them. On
+    exit it waits for both, so nothing started here outlives the compile (a process forked later never inherits
+    a half-done hash). A torch without ``prefetch`` computes them at the lookup as before."""
+    from torch._inductor import codecache
+    keys = [f for f in (codecache.torch_key, codecache.triton_key) if callable(getattr(f, "prefetch", None))]
+    for f in keys:
+        f.prefetch()
+    try:
+        yield
+    finally:
+        for f in keys:
+            try:
+                f()  # the cached value, or waits for the worker; Inductor has usually consumed it already
+            except Exception as e:  # noqa: BLE001 - Inductor's own call reports it; never mask the compile's
+                logger.debug("hybrid_trt: hashing torch's sources for Inductor's cache key failed: %s", e)
 
