@@ -95,6 +95,40 @@ def test_detection_comparison_accepts_only_swaps_among_ties_at_the_cutoff():
     assert "no detection" in conformance.compare(empty, empty, TOLERANCE)["problem"]  # vacuous: both empty
 
 
+def test_detection_without_eager_partner_passes_only_with_an_exclusive_float64_partner():
+    """NMS among near-equal scores: which of two overlapping boxes survives is decided by rounding, and eager
+    float32 differs from eager float64 there too (SSDlite, random weights). A detection without an eager partner
+    passes when it pairs with a detection of eager run in float64 that no other detection claims; the float64
+    reference is computed only when a detection needs it."""
+    boxes = torch.tensor([[0., 0., 10., 10.], [20., 20., 40., 40.], [50., 50., 70., 70.], [52., 50., 72., 70.],
+                          [90., 90., 99., 99.], [100., 0., 110., 10.]])
+
+    def dets(idx, scores, labels):
+        return [{"boxes": boxes[idx], "scores": torch.tensor(scores), "labels": torch.tensor(labels)}]
+    # Eager float32 kept box 2, float64 the overlapping box 3; box 5's lower score keeps the tie off the cut-off.
+    ref = dets([0, 1, 2, 5], [0.9, 0.6, 0.4, 0.1], [1, 2, 2, 3])
+    ref64 = dets([0, 1, 3, 5], [0.9, 0.6, 0.4, 0.1], [1, 2, 2, 3])
+    calls = []
+
+    def float64_ref():
+        calls.append(1)
+        return ref64
+
+    def check(idx, scores, labels):
+        return conformance.compare(dets(idx, scores, labels), ref, TOLERANCE, float64_ref)
+
+    assert check([1, 0, 2, 5], [0.6, 0.9, 0.4, 0.1], [2, 1, 2, 3])["problem"] is None and not calls  # not run
+    result = check([0, 1, 3, 5], [0.9, 0.6, 0.4, 0.1], [1, 2, 2, 3])   # float64's choice
+    assert result["problem"] is None and result["paired_float64"] == 1 and calls == [1], result
+    assert "in eager float64" in check([0, 1, 4, 5], [0.9, 0.6, 0.4, 0.1], [1, 2, 2, 3])["problem"]  # neither's
+    assert check([0, 1, 3, 5], [0.9, 0.6, 0.4, 0.1], [1, 2, 3, 3])["problem"]   # label changed
+    assert check([0, 1, 2, 0], [0.9, 0.6, 0.4, 0.9], [1, 2, 2, 1])["problem"]   # a box both keep, duplicated
+    # No float64 arbiter: the detection stays unpaired, and the row says why.
+    broken = conformance.compare(dets([0, 1, 3, 5], [0.9, 0.6, 0.4, 0.1], [1, 2, 2, 3]), ref, TOLERANCE,
+                                 lambda: (_ for _ in ()).throw(RuntimeError("no float64 kernel")))
+    assert "no float64 kernel" in broken["problem"], broken
+
+
 class _TinyDetector(torch.nn.Module):
     """backbone -> head -> a data-dependent selection, returning torchvision's detection format."""
 
