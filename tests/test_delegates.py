@@ -50,6 +50,26 @@ def test_engine_runs_with_io_binding_on_any_layout():
     torch.testing.assert_close(out, torch.relu(x + y))
 
 
+def test_cpu_engine_call_prepared_at_build_matches_the_public_binding_path():
+    """The CPU engine binds through ONNX Runtime's binding objects resolved at construction; the public IOBinding
+    wrappers (what it falls back to) must give the same results, outputs and errors."""
+    from hybrid_trt.delegates.onnxruntime_delegate import OnnxRuntimeEngine
+    engine = _build(make_options(environ={}))
+    assert engine._cpu_call is not None  # this onnxruntime has the binding objects
+    public = OnnxRuntimeEngine(engine._session, [torch.empty(2, 3), torch.empty(2, 1, dtype=torch.int64)],
+                               torch.device("cpu"))
+    public._cpu_call = None
+    x, y = torch.randn(3, 2).t(), torch.randn(2, 3)
+    for a, b in zip(engine([x, y]), public([x, y])):
+        assert torch.equal(a, b) and a.dtype == b.dtype and a.is_contiguous()
+    first = engine([x, y])[0]
+    assert engine([y, x])[0].data_ptr() != first.data_ptr()  # fresh outputs: earlier results stay valid
+    torch.testing.assert_close(first, torch.relu(x + y))
+    for run in (engine, public):
+        with pytest.raises(Exception, match="invalid dimensions"):
+            run([torch.randn(1, 3), y])
+
+
 def test_engine_refuses_an_input_shape_it_was_not_built_for():
     """Inputs are bound with their own shapes, so ONNX Runtime checks them: a smaller input must not be read
     past its end as if it had the built shape (on CUDA that was an illegal memory access)."""

@@ -6,7 +6,7 @@ import logging
 import os
 import tempfile
 import threading
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
 import onnx
@@ -80,7 +80,7 @@ def _forward_ort_log(severity: int, category: str, logid: str, code_location: st
 
 
 class OnnxRuntimeEngine(Engine):
-    __slots__ = ("_session", "_inputs", "_outputs", "_device", "_dev_type", "_dev_id", "_ort_outputs",
+    __slots__ = ("_session", "_inputs", "_outputs", "_device", "_dev_type", "_dev_id", "_ort_outputs", "_cpu_call",
                  "_run_options", "_stream", "_local", "serialized", "_empty", "_empty_ptr", "_cold")
 
     def __init__(self, session, output_metas: Sequence[torch.Tensor], device: torch.device,
@@ -102,6 +102,7 @@ class OnnxRuntimeEngine(Engine):
         # CUDA); no byte of it is ever read or written, so any valid pointer on the device stands in for it.
         self._empty = torch.empty(1, dtype=torch.uint8, device=device)  # owns the stand-in pointer
         self._empty_ptr = self._empty.data_ptr()
+        self._cpu_call = _cpu_call(session, self._inputs, self._outputs, self._empty_ptr) if self._ort_outputs else None
         self._run_options = None
         # CUDA: the session computes on its own stream (the CUDA provider's user_compute_stream, set at build);
         # each call is ordered against the caller's current stream by a pair of events (see _run_cuda).
@@ -120,6 +121,8 @@ class OnnxRuntimeEngine(Engine):
             self._run_options.add_run_config_entry("disable_synchronize_execution_providers", "1")
 
     def __call__(self, inputs):
+        if self._cpu_call is not None:  # the CPU path, prepared at construction (see _cpu_call)
+            return self._cpu_call(inputs)
         # A binding per call: it holds raw pointers to this call's buffers, so sharing one across calls (or
         # threads) would leave it pointing at freed memory.
         binding, dev, dev_id = self._session.io_binding(), self._dev_type, self._dev_id
@@ -168,6 +171,41 @@ class OnnxRuntimeEngine(Engine):
         self._session.run_with_iobinding(binding, self._run_options)
         join.record(self._stream)
         caller.wait_event(join)
+
+
+def _cpu_call(session, inputs: list, outputs: list, empty_ptr: int) -> Optional[Callable]:
+    """The CPU engine call, on ONNX Runtime's own binding objects (None where this onnxruntime lacks them; the
+    engine then binds through the public wrappers). It binds exactly what ``OnnxRuntimeEngine.__call__`` binds,
+    but everything that does not change between calls is resolved here once: the public ``IOBinding`` wrapper
+    builds an ``OrtDevice`` for every bind and checks for WebGPU graph capture at every run, about half of the
+    engine's own per-call time on a one-input model (``benchmarks/results/overhead_cpu_2core.md``)."""
+    try:
+        from onnxruntime.capi import _pybind_state
+        c_session = session._sess
+        device = _ort().OrtDevice.make("cpu", 0)._get_c_device()
+        new_binding = _pybind_state.SessionIOBinding
+        run = c_session.run_with_iobinding
+    except (ImportError, AttributeError):
+        return None
+    in_specs = [(name, np_dtype) for name, _built_shape, np_dtype in inputs]
+    out_names = [name for name, *_ in outputs]
+    out_indices = range(len(out_names))
+    from_dlpack = torch.from_dlpack
+
+    def call(tensors):
+        # A binding per call: it holds raw pointers to this call's buffers (see OnnxRuntimeEngine.__call__).
+        binding = new_binding(c_session)
+        keep = [t.contiguous() for t in tensors]  # referenced until the run returns
+        for (name, np_dtype), t in zip(in_specs, keep):  # each with its own shape, which ONNX Runtime checks
+            binding.bind_input(name, device, np_dtype, t.shape, t.data_ptr() or empty_ptr)
+        for name in out_names:
+            binding.bind_output(name, device)  # allocated from ONNX Runtime's arena, handed over by DLPack
+        run(binding, None)
+        values = binding.get_outputs()
+        # Indexed, not iterated: iterating the returned OrtValueVector ends in an IndexError raised through
+        # pybind11, which alone cost ~50 us per call.
+        return [from_dlpack(values[i]) for i in out_indices]
+    return call
 
 
 def _dlpack_outputs_supported() -> bool:
