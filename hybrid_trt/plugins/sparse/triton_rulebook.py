@@ -56,6 +56,7 @@ _EMPTY = tl.constexpr(-1)  # free hash slot; keys are non-negative
 _INT32_MAX = 2**31 - 1
 _INT64_MAX = 2**63 - 1
 _BLOCK = 256
+_SCRATCH_GROUPS = 32  # see _strided_sites_kernel
 # Mask key of a row: its neighbour bitmask while it fits an int32, else the
 # neighbour count (the same keys as reference.mask_order).
 _MASK_BITS, _MASK_COUNT = 1, 2
@@ -178,7 +179,7 @@ def _strided_sites_kernel(
     SZ, SY, SX, PZ, PY, PX, DZ, DY, DX,
     LIMIT,
     KY: tl.constexpr, KX: tl.constexpr, K: tl.constexpr,
-    BLOCK: tl.constexpr,
+    BLOCK: tl.constexpr, SCRATCH_GROUPS: tl.constexpr,
 ):
     """The output site that input row n reaches through offset k (for every
     pair n * K + k), inserted into a key-only hash table; the lane whose
@@ -212,7 +213,10 @@ def _strided_sites_kernel(
     todo = valid & (key <= LIMIT)
     key = key.to(table_ptr.dtype.element_ty)
     slot = _hash_slot(key, shift)
-    scratch = cap_mask + 1 + lane  # see _hash_insert_kernel
+    # Scratch slots as in _hash_insert_kernel, but most lanes here hold no
+    # candidate (off the stride lattice), so programs take turns over
+    # SCRATCH_GROUPS blocks of them instead of all hammering the same BLOCK.
+    scratch = cap_mask + 1 + (tl.program_id(0) % SCRATCH_GROUPS) * BLOCK + lane
     empty = tl.full([BLOCK], _EMPTY, table_ptr.dtype.element_ty)
     created = tl.zeros([BLOCK], tl.int32)
     while tl.max(todo.to(tl.int32), axis=0) > 0:
@@ -400,13 +404,14 @@ def strided_rulebook(
             continue
         if mark:
             mark(f"output sites ({'int32' if dtype == torch.int32 else 'int64'} keys)")
-        site_table = torch.full(((1 << log2cap) + _BLOCK,), _EMPTY.value, dtype=dtype, device=device)
+        site_table = torch.full(((1 << log2cap) + _SCRATCH_GROUPS * _BLOCK,), _EMPTY.value, dtype=dtype,
+                                device=device)
         sites = torch.empty((bound,), dtype=dtype, device=device)
         status = torch.zeros((2,), dtype=torch.int32, device=device)  # [sites, overflow]
         _strided_sites_kernel[_grid(total)](
             in_indices, site_table, sites, status, total, (1 << log2cap) - 1, 32 - log2cap, bound,
             *out_shape, *stride, *padding, *dilation, limit,
-            KY=kernel_size[1], KX=kernel_size[2], K=K, BLOCK=_BLOCK,
+            KY=kernel_size[1], KX=kernel_size[2], K=K, BLOCK=_BLOCK, SCRATCH_GROUPS=_SCRATCH_GROUPS,
         )
         if mark:
             mark("sync: output size")
@@ -414,7 +419,8 @@ def strided_rulebook(
         if not overflow:
             break
     if M > bound:
-        raise RuntimeError(f"sparse rulebook: {M} output sites exceed the bound {bound}; this is a bug, please report it")
+        raise RuntimeError(f"sparse rulebook: {M} output sites exceed the bound {bound}; "
+                           "this is a bug in the strided rulebook, please report it")
     if mark:
         mark("sort output sites")
     sorted_sites = torch.sort(sites[:M]).values
