@@ -65,10 +65,11 @@ from hybrid_trt.plugins.sparse.geometry import conv_output_shape  # noqa: E402
 
 GRID = (41, 1600, 1408)
 KS, STRIDE, PAD, DIL = (3, 3, 3), (2, 2, 2), (1, 1, 1), (1, 1, 1)
-LAUNCH_APIS = {"cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx",
-               "cudaMemsetAsync", "cudaMemcpyAsync", "cuMemsetD32Async", "cuMemsetD8Async", "cuMemcpyAsync"}
-SYNC_APIS = {"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy",
-             "cuStreamSynchronize", "cuCtxSynchronize"}
+# CUDA runtime / driver API calls as the profiler names them (some carry a version suffix).
+LAUNCH_APIS = ("cudaLaunchKernel", "cuLaunchKernel", "cudaMemsetAsync", "cuMemsetD", "cudaMemcpyAsync", "cuMemcpy")
+SYNC_APIS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cuStreamSynchronize",
+             "cuCtxSynchronize")
+DEVICE_OPS = "device ops"  # key of the whole-call device-side count in profiler_counts' result
 FACTORIES = {"aten::empty", "aten::empty_strided", "aten::full", "aten::zeros", "aten::empty_like", "aten::new_empty"}
 
 
@@ -169,8 +170,13 @@ def profiler_counts(call, reps: int, cuda: bool) -> dict:
     events = prof.events()
     ranges = [e for e in events if e.name.startswith("rb:")]
     counts = {r.name[3:]: {"launches": 0, "syncs": 0, "allocs": 0} for r in ranges}
+    device_ops = 0
     for e in events:
-        kind = ("launches" if e.name in LAUNCH_APIS else "syncs" if e.name in SYNC_APIS
+        if e.device_type != torch.autograd.DeviceType.CPU:
+            device_ops += 1  # kernels, memsets, memcpys as the GPU ran them: a cross-check of "launches"
+            continue
+        kind = ("launches" if e.name.startswith(LAUNCH_APIS)
+                else "syncs" if e.name.startswith(SYNC_APIS) or e.name == "cudaMemcpy"
                 else "allocs" if e.name in FACTORIES and e.cpu_parent is not None
                 and e.cpu_parent.name.startswith("rb:") else None)
         if kind is None:
@@ -178,7 +184,9 @@ def profiler_counts(call, reps: int, cuda: bool) -> dict:
         step = _step_of(e, ranges)
         if step is not None:
             counts[step.name[3:]][kind] += 1
-    return {name: {k: v / reps for k, v in row.items()} for name, row in counts.items()}
+    result = {name: {k: v / reps for k, v in row.items()} for name, row in counts.items()}
+    result[DEVICE_OPS] = device_ops / reps
+    return result
 
 
 # ---------------------------------------------------------------- measurements
@@ -225,7 +233,7 @@ def step_table(launch, device: str, reps: int) -> tuple[list[dict], int]:
     for name, host_ms in host:
         c = counts.get(name, {"launches": 0.0, "syncs": 0.0, "allocs": 0.0})
         rows.append({"step": name, "host": host_ms, "gpu": gpu.get(name), **c})
-    return rows, gaps
+    return rows, gaps, counts[DEVICE_OPS]
 
 
 def host_per_call(fn, device: str, reps: int) -> float:
@@ -371,7 +379,7 @@ def profile_rulebooks(sizes, reps: int, device: str, grid=GRID) -> str:
         for label, launch, via_ops, via_custom, subm in cases:
             result = launch(None)
             M = result[0].shape[0]  # SubM: nbr [N, K]; strided: out_indices [M, 4]
-            rows, gaps = step_table(launch, device, reps)
+            rows, gaps, device_ops = step_table(launch, device, reps)
             total = {"host": sum(r["host"] for r in rows),
                      "gpu": sum(r["gpu"] for r in rows) if all(r["gpu"] is not None for r in rows) else None}
             for key in ("launches", "syncs", "allocs"):
@@ -379,6 +387,9 @@ def profile_rulebooks(sizes, reps: int, device: str, grid=GRID) -> str:
             for r in rows + [dict(total, step="**total**")]:
                 steps_md.append(f"| {label} | {N} | {M} | {r['step']} | {fmt(r['host'])} | {fmt(r['gpu'])} | "
                                 f"{fmt(r.get('launches'), 1)} | {fmt(r.get('syncs'), 1)} | {fmt(r.get('allocs'), 1)} |")
+            if device == "cuda":
+                notes.append(f"{label} N={N}: {device_ops:.1f} operations ran on the GPU per call (profiler, device "
+                             f"side; compare with the launches column's total)")
             if gaps:
                 notes.append(f"{label} N={N}: the GPU caught up with the host in {gaps} of {reps} GPU-timing calls "
                              f"(dropped; spin lengthened)")
@@ -393,10 +404,12 @@ def profile_rulebooks(sizes, reps: int, device: str, grid=GRID) -> str:
                     sp_m = sp[0].shape[0]
                     sp_host = host_per_call(lambda: spconv(coords, subm), device, reps)
                     sp_event = event_per_call(lambda: spconv(coords, subm), device, reps)
-                    sp_counts = profiler_counts(lambda marks: (marks("spconv"), spconv(coords, subm)),
-                                                max(3, reps // 10), True).get("spconv", {})
+                    sp_all = profiler_counts(lambda marks: (marks("spconv"), spconv(coords, subm)),
+                                             max(3, reps // 10), True)
+                    sp_counts = sp_all.get("spconv", {})
                     notes.append(f"{label} N={N}: spconv get_indice_pairs_implicit_gemm per call: "
-                                 f"{fmt(sp_counts.get('launches'), 1)} GPU ops launched, "
+                                 f"{fmt(sp_counts.get('launches'), 1)} GPU ops launched "
+                                 f"({sp_all[DEVICE_OPS]:.1f} ran on the GPU), "
                                  f"{fmt(sp_counts.get('syncs'), 1)} host syncs, "
                                  f"{fmt(sp_counts.get('allocs'), 1)} torch factory calls")
                 except Exception as e:  # noqa: BLE001 - a comparison column, never the run
