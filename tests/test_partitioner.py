@@ -328,3 +328,45 @@ def test_onnxruntime_declines_float16_on_cpu_with_its_reason():
     assert_plan_valid(gm, plan, [ORT])
     relu, = by_target(gm, aten.relu.default)
     assert "float16 runs on the CUDA provider only" in plan.inductor_reasons[relu]
+
+
+def _fake_graph(fn, *specs):
+    """``fn`` traced on fake tensors of the given (shape, device) specs: CUDA metadata without a GPU."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        inputs = [torch.empty(shape, device=device) for shape, device in specs]
+        return make_fx(fn, tracing_mode="real")(*inputs)
+
+
+class _BothDevices(FakeDelegate):
+    device_types = frozenset({"cpu", "cuda"})
+
+
+BOTH = _BothDevices("both", [torch.float32])
+
+
+def test_a_cuda_op_reading_a_cpu_scalar_tensor_stays_with_inductor():
+    """ATen lets a CUDA op read a 0-d CPU tensor (torchvision detectors' image sizes); an engine would bind that
+    host pointer as device memory (an illegal memory access on the H200)."""
+    gm = _fake_graph(lambda x, s: ((x * s).relu() + 1).sigmoid(), ((2, 3), "cuda"), ((), "cpu"))
+    [mul] = by_target(gm, aten.mul.Tensor)
+    reason = unsupported_reason(mul, BOTH, frozenset())
+    assert reason is not None and "mixes devices" in reason, reason
+    plan = partition_graph(gm.graph, [BOTH], min_block_size=1, forced_to_inductor=frozenset(),
+                           keep_pointwise_islands=True)
+    assert mul not in {n for p in plan.partitions for n in p.nodes}
+    assert "mixes devices" in plan.inductor_reasons[mul]
+
+
+def test_partitions_never_mix_devices():
+    """A graph computing partly on the CPU and partly on CUDA: each partition is on one device, however the
+    blocks could otherwise merge."""
+    def f(x, y):
+        return (x.relu() + 1).sigmoid(), (y.relu() * 2).tanh()
+    gm = _fake_graph(f, ((4, 4), "cuda"), ((4, 4), "cpu"))
+    plan = partition_graph(gm.graph, [BOTH], min_block_size=1, forced_to_inductor=frozenset(),
+                           keep_pointwise_islands=True)
+    assert len(plan.partitions) == 2
+    for p in plan.partitions:
+        devices = {n.meta["val"].device.type for n in p.nodes if isinstance(n.meta.get("val"), torch.Tensor)}
+        assert len(devices) == 1, devices

@@ -52,6 +52,9 @@ def unsupported_reason(node: fx.Node, delegate, forced_to_inductor: frozenset) -
     for v in (val if isinstance(val, (tuple, list)) else (val,)):
         if isinstance(v, torch.Tensor) and v.device.type not in delegate.device_types:
             return f"{delegate.name}: device {v.device.type} not supported"
+    mixed = _mixed_device_input(node)
+    if mixed is not None:
+        return mixed
     lowering = registry.lowering_for(node.target)
     if lowering is None:
         return f"no lowering for {op_name(node)}"
@@ -64,6 +67,29 @@ def unsupported_reason(node: fx.Node, delegate, forced_to_inductor: frozenset) -
         if dtype not in delegate.dtypes:
             return f"{delegate.name}: dtype {str(dtype).replace('torch.', '')} not supported"
     return delegate.node_unsupported_reason(node)
+
+
+def node_device(node: fx.Node) -> Optional[torch.device]:
+    """The device of the first tensor ``node`` produces (None: it produces no tensor)."""
+    val = node.meta.get("val")
+    for v in (val if isinstance(val, (tuple, list)) else (val,)):
+        if isinstance(v, torch.Tensor):
+            return v.device
+    return None
+
+
+def _mixed_device_input(node: fx.Node) -> Optional[str]:
+    """ATen lets a CUDA op read a CPU scalar tensor (torchvision's detectors do, for image sizes and scales). An
+    engine binds all its inputs on its own device, so such a pointer would be read as device memory (an illegal
+    memory access on the H200): the op stays with Inductor, which handles the mix."""
+    device = node_device(node)
+    if device is None:
+        return None
+    for inp in node.all_input_nodes:
+        v = inp.meta.get("val")
+        if isinstance(v, torch.Tensor) and v.device != device:
+            return f"mixes devices (an input on {v.device}, output on {device})"
+    return None
 
 
 def _matches_forced(node: fx.Node, forced: frozenset) -> bool:

@@ -8,7 +8,7 @@ from typing import Sequence
 import torch
 import torch.fx as fx
 
-from .capability import NodeKind, classify, unsupported_reason
+from .capability import NodeKind, classify, node_device, unsupported_reason
 
 
 @dataclasses.dataclass
@@ -44,15 +44,18 @@ def partition_graph(graph: fx.Graph, delegates: Sequence, min_block_size: int,
     constant = _constant_ops(nodes, kinds, weights)
     next_id = 0
 
-    for delegate in delegates:
+    # One pass per delegate and device: an engine runs on one device, so a partition never mixes devices (a
+    # graph may compute partly on the CPU, e.g. sizes, and partly on CUDA).
+    devices = list(dict.fromkeys(d for d in map(node_device, reasons) if d is not None)) or [None]
+    for delegate, device in ((d, dev) for d in delegates for dev in devices):
         supported = set()
         for n, why in reasons.items():
-            if n in owner:
+            if n in owner or node_device(n) not in (device, None):
                 continue
             reason = unsupported_reason(n, delegate, forced_to_inductor)
             if reason is None:
                 supported.add(n)
-            else:
+            elif reason not in why:
                 why.append(reason)
         fixed_max = max((index[n] for n in owner), default=-1)
         mine: list[int] = []
