@@ -16,8 +16,9 @@ them with spconv 2.x).
     decodes into the output coordinates on the way. It can also write each
     row's neighbour mask, the sort key of the row schedule, so no separate
     pass over the map is needed.
-  * ``subm_rulebook``: table, search with mask keys, stable argsort of the
-    keys. Three Triton/torch launches plus the sort, no host synchronisation.
+  * ``subm_rulebook``: table (a fill and an insert kernel), the search with
+    mask keys, a stable argsort of the keys and its cast to int32; no host
+    synchronisation.
   * ``strided_rulebook``: one kernel computes every (input row, offset)'s
     output key, inserts it into a second, key-only hash table and appends the
     keys it inserted first to a list of unique sites; the list's length is
