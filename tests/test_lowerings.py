@@ -336,6 +336,9 @@ SAMPLES: dict[Any, list[Case]] = {
     aten.t.default: [C(T(rn(3, 4))), C(T(rn(1).reshape(())), id="0d")],
     aten.transpose.int: [C(T(X4()), 1, -1), C(T(rn(1).reshape(())), 0, -1, id="0d")],
     aten.expand.default: [C(T(rn(3, 1)), [2, 3, 4]), C(T(rn(3, 1)), [-1, 5], id="minus_one")],
+    aten.as_strided.default: [C(T(X3()), [8, 5], [5, 1]),
+                              C(T(rn(1, 8, 1, 1)), [1, 8, 1, 1], [8, 1, 8, 8], id="size_1_dims_restrided"),
+                              C(T(X3()), [3, 5], [5, 1], id="prefix"), C(T(ri(2, 6)), [12], [1], 0, id="int64")],
     aten.repeat.default: [C(T(rn(2, 3)), [2, 1]), C(T(ri(3)), [2, 2], id="prepend_dims")],
     aten.slice.Tensor: [C(T(X3()), 2, 1, 4), C(T(X3()), 1, 0, 9223372036854775807, 2, id="step_to_end"),
                         C(T(X3()), -1, -3, -1, id="negative")],
@@ -618,3 +621,27 @@ def test_float16_lowering_runs_on_cuda_or_is_declined(target, case):
     engine = delegate.build(model, expected, torch.device("cuda"), delegate.options_from(Options()))
     actual = engine(tensor_inputs)
     assert_close(actual, expected, rtol=2e-2, atol=2e-2, what=f"{target} (float16, CUDA)")
+
+
+def test_as_strided_is_taken_only_where_it_reads_its_input_in_row_major_order():
+    """A delegate has no storage: ``as_strided`` is lowered only where it reads a contiguous input's elements in
+    their own order (a Reshape, or a prefix); every other restride stays with Inductor, which has the storage."""
+    def reason(shape, size, stride, offset=None, transpose=False):
+        graph = fx.Graph()
+        x = graph.placeholder("input_0")
+        if transpose:
+            x = graph.call_function(aten.transpose.int, (x, 0, 1))
+        args = (x, size, stride) + ((offset,) if offset is not None else ())
+        call = graph.call_function(aten.as_strided.default, args)
+        graph.output((call,))
+        gm = fx.GraphModule(torch.nn.Module(), graph)
+        FakeTensorProp(gm, FakeTensorMode(allow_non_fake_inputs=True)).propagate(torch.randn(shape))
+        return _LOWERINGS[aten.as_strided.default].unsupported_reason(call)
+
+    assert reason((4, 6), [24], [1]) is None
+    assert reason((1, 8, 1, 1), [1, 8, 1, 1], [8, 1, 8, 8]) is None         # size-1 dims restrided (ConvNeXt)
+    assert reason((4, 6), [6, 4], [1, 6]) is not None                       # a transposed read
+    assert reason((4, 6), [4, 6], [6, 1], transpose=True) is not None       # storage of a transposed view
+    assert reason((4, 6), [3, 6], [6, 1], 6) is not None                    # another offset
+    assert reason((4, 6), [2, 6], [12, 1]) is not None                      # every other row
+    assert reason((4, 6), [5, 6], [6, 1]) is not None                       # past the input's elements

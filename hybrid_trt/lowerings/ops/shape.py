@@ -56,6 +56,41 @@ def lower_repeat(ctx, node):
     return ctx.op("Tile", name, ctx.ints(repeats))
 
 
+def _check_as_strided(node):
+    """``as_strided`` reads storage, which a delegate does not have: only the restrides that read a row-major input
+    in its own order are taken (the same elements as a Reshape, or a prefix of them). ConvNeXt's classifier
+    restrides the pooled (1, C, 1, 1) tensor's size-1 dims this way, which split its graph in two partitions."""
+    x, out = node.args[0].meta.get("val"), node.meta.get("val")
+    size, stride = node.args[1], node.args[2]
+    offset = node.args[3] if len(node.args) > 3 else node.kwargs.get("storage_offset")
+    if not isinstance(x, torch.Tensor) or not isinstance(out, torch.Tensor):
+        return "no traced value"
+    ints = list(x.shape) + list(x.stride()) + [x.storage_offset()] + list(size) + list(stride) + [offset or 0]
+    if not all(isinstance(v, int) for v in ints):
+        return "symbolic sizes or strides"
+    if not x.is_contiguous():
+        return "reads the storage of a non-contiguous tensor"
+    if offset is not None and offset != x.storage_offset():
+        return "storage offset other than its input's"
+    expected = 1
+    for n, st in zip(reversed(size), reversed(stride)):
+        if n != 1 and st != expected:
+            return "strides that do not read the input in row-major order"
+        expected *= n
+    return None if out.numel() <= x.numel() else "reads past its input's elements"
+
+
+@lowering(aten.as_strided.default, dtypes=ANY, check=_check_as_strided)
+def lower_as_strided(ctx, node):
+    x = node.args[0]
+    shape, numel = ctx.shape(node), ctx.val(node).numel()
+    name = ctx.input(x)
+    if numel != ctx.val(x).numel():  # a row-major prefix of the input
+        flat = reshape(ctx, name, [ctx.val(x).numel()])
+        name = ctx.op("Slice", flat, ctx.ints([0]), ctx.ints([numel]), ctx.ints([0]))
+    return reshape(ctx, name, shape)
+
+
 def _check_slice(node):
     step = node.args[4] if len(node.args) > 4 else 1
     return None if isinstance(step, int) and step > 0 else "non-positive step"
