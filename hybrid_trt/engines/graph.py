@@ -162,7 +162,9 @@ def source_hashes_in_background():
     exit it waits for both, so nothing started here outlives the compile (a process forked later never inherits
     a half-done hash). A torch without ``prefetch`` computes them at the lookup as before."""
     from torch._inductor import codecache
-    keys = [f for f in (codecache.torch_key, codecache.triton_key) if callable(getattr(f, "prefetch", None))]
+    # Looked up by name: torch 2.11 has no codecache.triton_key (its hash lives elsewhere), 2.14 has both.
+    found = (getattr(codecache, name, None) for name in ("torch_key", "triton_key"))
+    keys = [f for f in found if callable(getattr(f, "prefetch", None))]
     for f in keys:
         f.prefetch()
     try:
