@@ -120,9 +120,10 @@ def plan_capture(delegated, options) -> CapturePlan:
     if not plan.enabled:
         return plan
     # Said at every graph compiled with graphs on, until the H200 results in the README's "CUDA graphs" section
-    # are clean: there, three of 36 GPU tests aborted the process at teardown after a detector ran with graphs.
-    logger.warning("hybrid_trt: CUDA graphs are experimental in this version (processes were seen to abort at "
-                   "exit after models with ONNX Runtime partitions ran in graphs); see the README's 'CUDA "
+    # are clean: there, a process still aborted at teardown after a detector ran with its ONNX Runtime partition
+    # kept outside the graphs, between captured segments.
+    logger.warning("hybrid_trt: CUDA graphs are experimental in this version (a process was seen to abort at "
+                   "exit after an ONNX Runtime partition ran between captured segments); see the README's 'CUDA "
                    "graphs' section before relying on mode='reduce-overhead' / cuda_graphs=True")
     from .capture_probe import probe_isolated
     reasons, to_probe = {}, []
