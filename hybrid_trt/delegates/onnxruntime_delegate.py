@@ -108,17 +108,28 @@ class OnnxRuntimeEngine(Engine):
         # each call is ordered against the caller's current stream by a pair of events (see _run_cuda).
         self._stream = stream
         self._local = threading.local()  # per-thread event pair: a shared pair could be re-recorded by another
+        if stream is not None:           # thread between one thread's record and its wait
+            # The join event orders the caller's stream after the run, so ONNX Runtime's end-of-run host
+            # synchronisation would only stall the host at every seam (and cannot be captured in a CUDA graph).
+            self._run_options = _ort().RunOptions()
+            self._run_options.add_run_config_entry("disable_synchronize_execution_providers", "1")
         # CUDA: the first call runs the session twice. ONNX Runtime plans a session's memory pattern in its first
         # run and allocates that pattern in the second (cuDNN's frontend also settles its plans and workspace
         # then); a run that allocates cannot be captured in a CUDA graph (cudaMalloc invalidates a thread-local
         # capture: "Failed to allocate memory" / CUDNN_FE failure seen on the H200). Inductor's CUDA-graph trees
         # capture the second call of a shape, so from then on no run may allocate.
         self._cold = stream is not None
-        if stream is not None:           # thread between one thread's record and its wait
-            # The join event orders the caller's stream after the run, so ONNX Runtime's end-of-run host
-            # synchronisation would only stall the host at every seam (and cannot be captured in a CUDA graph).
-            self._run_options = _ort().RunOptions()
-            self._run_options.add_run_config_entry("disable_synchronize_execution_providers", "1")
+
+    def __del__(self):
+        # Runs are never synchronised (no end-of-run sync, see above), so work a run enqueued, including the CUDA
+        # provider's host callback that releases its pinned staging buffers, may still be pending on the session's
+        # stream when the last reference goes. The session (and what that callback touches) must outlive it.
+        stream = getattr(self, "_stream", None)
+        if stream is not None:
+            try:
+                stream.synchronize()
+            except Exception:  # noqa: BLE001 - interpreter shutdown, or a CUDA error already reported elsewhere
+                pass
 
     def __call__(self, inputs):
         if self._cpu_call is not None:  # the CPU path, prepared at construction (see _cpu_call)
