@@ -7,6 +7,9 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+from torch._inductor import codecache
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 CHILD = r"""
@@ -56,6 +59,8 @@ def _child(tmp_path, cache: str) -> dict:
     return json.loads(line[len("RESULT "):])
 
 
+@pytest.mark.skipif(not callable(getattr(codecache.torch_key, "prefetch", None)),
+                    reason="this torch's torch_key has no prefetch (torch 2.14 has): hashed at the lookup as before")
 def test_source_hashes_run_beside_the_backend_and_are_done_when_it_returns(tmp_path):
     for run in ("cold", "warm"):  # the cold process fills the caches; the warm one is served by them
         result = _child(tmp_path, "on")

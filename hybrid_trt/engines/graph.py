@@ -165,8 +165,11 @@ def source_hashes_in_background():
     # Looked up by name: torch 2.11 has no codecache.triton_key (its hash lives elsewhere), 2.14 has both.
     found = (getattr(codecache, name, None) for name in ("torch_key", "triton_key"))
     keys = [f for f in found if callable(getattr(f, "prefetch", None))]
-    for f in keys:
-        f.prefetch()
+    try:
+        for f in keys:
+            f.prefetch()
+    except RuntimeError as e:  # the worker pool is shut down (a compile during interpreter exit): hash at lookup
+        logger.debug("hybrid_trt: cannot prefetch Inductor's source hashes: %s", e)
     try:
         yield
     finally:
