@@ -57,6 +57,7 @@ def child(name: str, backend: str, iters: int) -> None:
         from examples.models import build
         model, x = build(name)
         inputs = (x,)
+    hash_waits = _time_source_hash_waits()
     with torch.no_grad():
         expected = model(*inputs)
         t0 = time.perf_counter()
@@ -76,7 +77,7 @@ def child(name: str, backend: str, iters: int) -> None:
     flat = lambda o: list(o) if isinstance(o, (tuple, list)) else [o]  # noqa: E731
     ok = all(torch.allclose(a.float(), b.float(), rtol=1e-3, atol=1e-3) for a, b in zip(flat(out), flat(expected)))
     result = {"compile_s": t1 - t0, "import_to_output_s": t1 - t_start, "call_ms": 1e3 * statistics.median(times),
-              "load_avg": load_avg,
+              "load_avg": load_avg, "hash_wait_s": sum(hash_waits),
               "matches": ok, "wall_end": time.time(), "trace_s": frames_s - backend_s,
               "backend_s": backend_s, "rest_s": t1 - t0 - frames_s,
               "graphs": graphs}
@@ -87,6 +88,30 @@ def child(name: str, backend: str, iters: int) -> None:
                       engine_s=sum(e.seconds for e in engines),
                       from_inductor_cache=all(r.from_inductor_cache for r in reports))
     print("RESULT " + json.dumps(result))
+
+
+def _time_source_hash_waits() -> list:
+    """Time the main thread spends in Inductor's source-hash functions (``codecache.torch_key``/``triton_key``):
+    the whole hash where it is computed at the cache lookup, only the wait where it was prefetched. Measurement
+    only: each is wrapped with its ``prefetch``/``set``/``clear`` kept, so the backend still finds ``prefetch``."""
+    from torch._inductor import codecache
+    waits: list = []
+    for name in ("torch_key", "triton_key"):
+        original = getattr(codecache, name, None)
+        if original is None:
+            continue
+
+        def timed(original=original):
+            start = time.perf_counter()
+            try:
+                return original()
+            finally:
+                waits.append(time.perf_counter() - start)
+        for attr in ("prefetch", "set", "clear"):
+            if hasattr(original, attr):
+                setattr(timed, attr, getattr(original, attr))
+        setattr(codecache, name, timed)
+    return waits
 
 
 def source_hash_seconds() -> float:
@@ -163,13 +188,16 @@ def main() -> None:
             print(f"- {name} {backend}: {statistics.median(rs):.0%} ({min(rs):.0%}-{max(rs):.0%}, {len(rs)} pairs)")
     print("\nWarm compile split (s), Dynamo's timers: dynamo = frame compiles less the backend (tracing, guards), "
           "backend = inside the backend, rest = first run and the remainder; engines = engine loads (in backend); "
+          "hash wait = main thread blocked on the source hashes of Inductor's cache key (in backend); "
           "Dynamo-only reference: backend \"eager\".\n")
-    print("| model | backend | warm compile s | dynamo s | backend s | engines s | rest s | graphs | load |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| model | backend | warm compile s | dynamo s | backend s | engines s | hash wait s | rest s | graphs | "
+          "load |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for name, backend, _, warm in breakdown:
         engine_s = f"{warm['engine_s']:.2f}" if "engine_s" in warm else "-"
         print(f"| {name} | {backend} | {warm['compile_s']:.2f} | {warm['trace_s']:.2f} | {warm['backend_s']:.2f} | "
-              f"{engine_s} | {warm['rest_s']:.2f} | {warm['graphs']} | {warm['load_avg']:.1f} |", flush=True)
+              f"{engine_s} | {warm['hash_wait_s']:.2f} | {warm['rest_s']:.2f} | {warm['graphs']} | "
+              f"{warm['load_avg']:.1f} |", flush=True)
     print(f"\nHashing torch's and Triton's sources for Inductor's cache key, fresh process (load "
           f"{os.getloadavg()[0]:.1f}): {source_hash_seconds():.2f} s")
 
