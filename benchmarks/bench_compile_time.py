@@ -42,7 +42,7 @@ def child(name: str, backend: str, iters: int) -> None:
     t_start = time.perf_counter()
     load_avg = os.getloadavg()[0]  # other sessions' load when this process started
     import torch
-    sys.path.insert(0, str(ROOT))
+    sys.path.insert(0, os.environ.get("BENCH_TREE", str(ROOT)))  # --trees: hybrid_trt and examples from there
     import hybrid_trt
     threads = int(os.environ.get("BENCH_THREADS", "2"))
     torch.set_num_threads(threads)
@@ -123,9 +123,11 @@ def source_hash_seconds() -> float:
     return float(proc.stdout.strip().splitlines()[-1])
 
 
-def run(name: str, backend: str, dirs: pathlib.Path, iters: int, threads: int) -> dict:
+def run(name: str, backend: str, dirs: pathlib.Path, iters: int, threads: int, tree: str | None = None) -> dict:
     env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(dirs / "inductor"), HYBRID_TRT_CACHE_DIR=str(dirs / "hybrid"),
                BENCH_THREADS=str(threads), OMP_NUM_THREADS=str(threads))
+    if tree:
+        env["BENCH_TREE"] = tree
     launch = time.time()
     proc = subprocess.run([sys.executable, __file__, "--child", name, backend, str(iters)], env=env,
                           capture_output=True, text=True, timeout=3600)
@@ -144,10 +146,16 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1, help="cold/warm pairs per model and backend")
     parser.add_argument("--iters", type=int, default=30)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--trees", default=None,
+                        help="A,B: warm starts of two source trees (e.g. a `git archive` of an older commit and .), "
+                             "alternating on one cache filled by a cold process of A; hybrid_trt only")
     parser.add_argument("--child", nargs=3)
     args = parser.parse_args()
     if args.child:
         child(args.child[0], args.child[1], int(args.child[2]))
+        return
+    if args.trees:
+        compare_trees(args)
         return
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from bench_models import machine
@@ -200,6 +208,34 @@ def main() -> None:
               f"{warm['load_avg']:.1f} |", flush=True)
     print(f"\nHashing torch's and Triton's sources for Inductor's cache key, fresh process (load "
           f"{os.getloadavg()[0]:.1f}): {source_hash_seconds():.2f} s")
+
+
+def compare_trees(args) -> None:
+    """Warm starts of two source trees on the same cache, alternating A, B, A, B... (``--repeats`` each), so a
+    change to the warm path is measured under the same machine load. Both trees must key graphs and engines the
+    same way (else a warm process builds: the engines column says so)."""
+    trees = [os.path.abspath(t) for t in args.trees.split(",")]
+    print(f"Warm starts, trees A = {trees[0]}, B = {trees[1]}; {args.repeats} each, alternating\n")
+    print("| model | tree | warm compile s | dynamo s | backend s | hash wait s | engines built/loaded | matches | "
+          "load |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for name in args.models.split(","):
+        iters = 3
+        with tempfile.TemporaryDirectory(prefix="bench_compile_") as tmp:
+            run(name, "hybrid_trt", pathlib.Path(tmp), iters, args.threads, trees[0])  # cold: fills the caches
+            rows: dict = {0: [], 1: []}
+            for _ in range(args.repeats):
+                for i, tree in enumerate(trees):
+                    r = run(name, "hybrid_trt", pathlib.Path(tmp), iters, args.threads, tree)
+                    rows[i].append(r)
+                    print(f"| {name} | {'AB'[i]} | {r['compile_s']:.2f} | {r['trace_s']:.2f} | {r['backend_s']:.2f} | "
+                          f"{r['hash_wait_s']:.2f} | {r['built']}/{r['loaded']} | {r['matches']} | "
+                          f"{r['load_avg']:.1f} |", flush=True)
+        for i in (0, 1):
+            med = {k: statistics.median(r[k] for r in rows[i]) for k in ("compile_s", "backend_s", "hash_wait_s")}
+            print(f"\n- {name} {'AB'[i]} median: warm compile {med['compile_s']:.2f} s, backend "
+                  f"{med['backend_s']:.2f} s, hash wait {med['hash_wait_s']:.2f} s", end="")
+        print()
 
 
 if __name__ == "__main__":
