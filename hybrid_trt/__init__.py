@@ -9,6 +9,7 @@ from torch._dynamo.backends import registry as _dynamo_registry
 from .backend import hybrid_trt_backend
 from .options import Options, make_options, valid_keys
 from .report import CompileReport, last_report, reports
+from .guards import skip_guards_on_baked_weights
 # The functions shadow the subpackage's name on purpose: ``hybrid_trt.export(...)`` / ``hybrid_trt.load(...)``.
 from .export import export, load  # noqa: E402
 
@@ -30,5 +31,5 @@ def _register() -> None:
 _register()
 
 __all__ = ["hybrid_trt_backend", "Options", "make_options", "valid_keys", "CompileReport", "reports",
-           "last_report", "export", "load"]
+           "last_report", "export", "load", "skip_guards_on_baked_weights"]
 __version__ = "0.1.0"

@@ -25,6 +25,8 @@ from .partitioner.extract import extract
 from .report import CompileReport, InductorOp, PartitionReport, new_report
 from .engines.graph import GraphCache, graph_key, open_graph, source_hashes_in_background
 from .engines.runtime import DelegateBuildError, PartitionRuntime, Policy, engine_store, prepare_runtime
+from .guards import record_baked_inputs
+from .stitch import direct as _direct
 from .stitch.fallback import compile_stitched
 from .stitch.layout import keep_traced_strides, views_to_reshapes
 from .stitch.stitcher import stitch
@@ -58,6 +60,7 @@ def hybrid_trt_backend(gm: fx.GraphModule, example_inputs, options=None, mode=No
     runtimes: list = []  # held by the compiled function: the key registry holds weak references only
     graph: GraphCache | None = None
     ran: list = []  # inner_compile ran (else Inductor's AOTAutograd cache served the graph)
+    per_call: dict = {}  # what the frame calls beyond Inductor's code (see _per_call); kept in the manifest
 
     def inner_compile(aten_gm: fx.GraphModule, aot_inputs, **kwargs):
         if not kwargs.get("is_inference", True) or kwargs.get("is_backward", False):
@@ -81,14 +84,18 @@ def hybrid_trt_backend(gm: fx.GraphModule, example_inputs, options=None, mode=No
         # its FX-graph cache (and with it the AOTAutograd cache).
         kwargs.pop("get_decomp_fn", None)
         capture = cudagraphs.plan_capture(delegated, opts)  # which partitions stay outside CUDA graphs
+        compiled_graphs: list = []  # each graph Inductor compiled without raising; the last is the one returned
         compiled, kept = compile_stitched(
             delegated, stitch=lambda parts: capture.apply(_stitched(aten_gm, parts, aot_inputs, report)),
-            compile=lambda g: cudagraphs.compile_observed(lambda: compile_fx_inner(g, aot_inputs, **kwargs), g,
-                                                          kwargs.get("cudagraphs"), capture, report),
+            compile=lambda g: _recorded(compiled_graphs, g, cudagraphs.compile_observed(
+                lambda: compile_fx_inner(g, aot_inputs, **kwargs), g, kwargs.get("cudagraphs"), capture, report)),
             as_fx=_boxed,
             route_back=lambda d, why, warn: _route_back(d, why, warn, report), original=aten_gm,
             strict=opts.strict, report=report)
         runtimes.extend(d.runtime for d in kept)
+        per_call.clear()
+        if kept and compiled_graphs and compiled_graphs[-1][1] is compiled:
+            per_call.update(_per_call(gm, example_inputs, compiled_graphs[-1][0], weights, kept, opts, report))
         return compiled
 
     gm = preserve_ops(gm)
@@ -113,13 +120,73 @@ def hybrid_trt_backend(gm: fx.GraphModule, example_inputs, options=None, mode=No
             with torch.compiler.config.patch(cache_key_tag=graph.tag):
                 compiled = compile_inductor()
         if ran:
-            graph.save(report, runtimes)  # inner_compile ran: record what the compiled graph calls
+            graph.save(report, runtimes, _per_call_json(per_call))  # record what the compiled graph calls
         elif graph.complete:
             graph.fill_report(report)  # served by Inductor's cache
             runtimes.extend(graph.runtimes.values())
+            per_call.update(_per_call_from_json(graph.per_call))
     if opts.print_report:
         print(report.table())
-    return _hold(compiled, runtimes)
+    return _hold(_called_per_call(compiled, per_call, runtimes, opts, report), runtimes)
+
+
+def _recorded(graphs: list, graph: fx.GraphModule, compiled):
+    graphs.append((graph, compiled))
+    return compiled
+
+
+def _per_call(dynamo_gm: fx.GraphModule, example_inputs, graph: fx.GraphModule, weights: dict, kept: list,
+              opts: Options, report: CompileReport) -> dict:
+    """What the frame needs at each call beyond Inductor's code, decided while AOTAutograd's metadata is at hand
+    (inner_compile): the weights that live only inside engines (for hybrid_trt.skip_guards_on_baked_weights) and,
+    for a graph of delegate calls alone, the plan that calls them directly (stitch/direct.py)."""
+    placeholders = [n for n in graph.graph.nodes if n.op == "placeholder"]
+    outputs = graph.graph.output_node().args[0]
+    n_outputs = len(outputs) if isinstance(outputs, (tuple, list)) else -1
+    reason = _direct.input_mapping_reason(dynamo_gm, example_inputs, len(placeholders))
+    if reason is not None:
+        logger.debug("hybrid_trt: graph %d: no per-call shortcuts: %s", report.graph_index, reason)
+        return {}
+    out = {"baked_inputs": _direct.baked_inputs(dynamo_gm, graph, weights, kept)}
+    plan = _direct.plan_of(graph)
+    if plan is None:
+        return out
+    reason = "CUDA graphs" if opts.cuda_graphs else _direct.aot_wrapper_reason(n_outputs)
+    if reason is not None:
+        logger.debug("hybrid_trt: graph %d is only delegate calls but keeps Inductor's wrappers: %s",
+                     report.graph_index, reason)
+        return out
+    out["direct"] = plan
+    return out
+
+
+def _per_call_json(per_call: dict) -> dict:
+    plan = per_call.get("direct")
+    return {"baked_inputs": list(per_call.get("baked_inputs", ())), "direct": plan and plan.to_json()}
+
+
+def _per_call_from_json(data) -> dict:
+    if not isinstance(data, dict):
+        return {}
+    plan, baked = data.get("direct"), data.get("baked_inputs")
+    return {"baked_inputs": [b for b in baked if isinstance(b, str)] if isinstance(baked, list) else [],
+            "direct": _direct.DirectPlan.from_json(plan) if plan else None}
+
+
+def _called_per_call(compiled, per_call: dict, runtimes: list, opts: Options, report: CompileReport):
+    """The callable Dynamo's frame calls: the direct plan's when there is one (and its runtimes are all here),
+    else Inductor's. Also hands the baked weights to the guard filter of this compile (guards.py)."""
+    record_baked_inputs(per_call.get("baked_inputs", ()))
+    plan = per_call.get("direct")
+    if plan is None or opts.cuda_graphs:
+        return compiled
+    direct = _direct.direct_callable(plan, {rt.key: rt for rt in runtimes})
+    if direct is None:
+        return compiled
+    logger.debug("hybrid_trt: graph %d calls its %d delegate call(s) directly", report.graph_index,
+                 len(plan.steps))
+    report.per_call = "direct"
+    return direct
 
 
 def _hybrid_graph(gm: fx.GraphModule, weights: dict, n_dynamo_inputs: int, opts: Options,

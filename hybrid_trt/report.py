@@ -68,6 +68,9 @@ class CompileReport:
     from_inductor_cache: bool = False
     partition_seconds: float = 0.0
     cuda_graphs: Optional[CudaGraphRecord] = None  # None when CUDA graphs were not asked for
+    # What Dynamo's frame calls: "direct" (a graph of delegate calls alone, called without Inductor's and
+    # AOTAutograd's wrappers: stitch/direct.py) or "inductor" (Inductor's compiled graph)
+    per_call: str = "inductor"
 
     @property
     def delegated_op_count(self) -> int:

@@ -36,7 +36,7 @@ from .runtime import PartitionRuntime, Policy, load_runtime
 from .store import EngineStore
 
 MANIFEST = "manifest.json"
-_FORMAT = 1
+_FORMAT = 2  # 2: per_call (the backend's direct-call plan and baked weights)
 
 
 def graph_key(gm: fx.GraphModule, example_inputs, weights: dict, options) -> str:
@@ -86,6 +86,7 @@ class GraphCache:
     runtimes: dict  # content key -> PartitionRuntime, loaded from the manifest's entries
     partitions: list  # PartitionReport rows of the stored compile
     inductor_ops: list  # InductorOp rows of the stored compile
+    per_call: dict = dataclasses.field(default_factory=dict)  # the backend's per-call plan (JSON, backend.py)
 
     @property
     def tag(self) -> str:
@@ -99,7 +100,7 @@ class GraphCache:
         report.inductor_ops = self.inductor_ops
         report.from_inductor_cache = True
 
-    def save(self, report: CompileReport, runtimes: list) -> None:
+    def save(self, report: CompileReport, runtimes: list, per_call: Optional[dict] = None) -> None:
         keys = {id(rt.report): rt for rt in runtimes}
         rows = []
         for p in report.partitions:
@@ -110,7 +111,8 @@ class GraphCache:
             row["device"] = None if rt is None else str(rt.device)
             rows.append(row)
         manifest = {"format": _FORMAT, "salt": self.salt, "partitions": rows,
-                    "inductor_ops": [dataclasses.astuple(op) for op in report.inductor_ops]}
+                    "inductor_ops": [dataclasses.astuple(op) for op in report.inductor_ops],
+                    "per_call": per_call or {}}
         self.store.put(_entry_key(self.key), {MANIFEST: json.dumps(manifest).encode()}, {"kind": "graph"})
 
 
@@ -126,6 +128,7 @@ def open_graph(store: EngineStore, key: str, policy: Policy) -> GraphCache:
             return fresh
         rows = manifest["partitions"]
         inductor_ops = [InductorOp(*op) for op in manifest["inductor_ops"]]
+        per_call = manifest.get("per_call") or {}  # absent in manifests written before it existed
     except (KeyError, ValueError, TypeError) as e:
         logger.debug("hybrid_trt: unreadable graph manifest %s (%s); compiling afresh", key, e)
         return fresh
@@ -145,7 +148,7 @@ def open_graph(store: EngineStore, key: str, policy: Policy) -> GraphCache:
             return dataclasses.replace(fresh, runtimes=runtimes)
         runtimes[content_key] = runtime
         logger.debug("hybrid_trt: partition %d loaded in %.3f s", report.index, time.perf_counter() - t0)
-    return GraphCache(store, key, manifest["salt"], True, runtimes, partitions, inductor_ops)
+    return GraphCache(store, key, manifest["salt"], True, runtimes, partitions, inductor_ops, per_call)
 
 
 def _entry_key(key: str) -> str:
