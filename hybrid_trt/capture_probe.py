@@ -75,7 +75,10 @@ def _bundle(todo, tmp: str) -> dict:
     scratch = None
     for runtime, metas, sizes, _signature in todo:
         root = runtime.store.root
-        if root is None or runtime.store.get(runtime.key, lazy=True) is None:
+        entry = runtime.store.get(runtime.key, lazy=True) if root is not None else None
+        if entry is not None and hasattr(entry.files, "close"):
+            entry.files.close()  # only its presence matters here; the child opens it itself
+        if entry is None:
             if scratch is None:
                 scratch = EngineStore(os.path.join(tmp, "store"))
             env = environment(runtime.delegate.name, runtime.device)
