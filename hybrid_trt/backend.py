@@ -25,7 +25,7 @@ from .partitioner.extract import extract
 from .report import CompileReport, InductorOp, PartitionReport, new_report
 from .engines.graph import GraphCache, graph_key, open_graph, source_hashes_in_background
 from .engines.runtime import DelegateBuildError, PartitionRuntime, Policy, engine_store, prepare_runtime
-from .guards import record_baked_inputs
+from .guards import record_baked_weights
 from .stitch import direct as _direct
 from .stitch.fallback import compile_stitched
 from .stitch.layout import keep_traced_strides, views_to_reshapes
@@ -61,6 +61,7 @@ def hybrid_trt_backend(gm: fx.GraphModule, example_inputs, options=None, mode=No
     graph: GraphCache | None = None
     ran: list = []  # inner_compile ran (else Inductor's AOTAutograd cache served the graph)
     per_call: dict = {}  # what the frame calls beyond Inductor's code (see _per_call); kept in the manifest
+    compiled_weights: dict = {}  # weights by position among the compiled graph's inputs (see _graph_weights)
 
     def inner_compile(aten_gm: fx.GraphModule, aot_inputs, **kwargs):
         if not kwargs.get("is_inference", True) or kwargs.get("is_backward", False):
@@ -68,8 +69,13 @@ def hybrid_trt_backend(gm: fx.GraphModule, example_inputs, options=None, mode=No
             return compile_fx_inner(aten_gm, aot_inputs, **kwargs)
         ran.append(True)
         loaded = graph.runtimes if graph is not None else {}
+        lifted = _lifted_weights(gm, aot=True)
+        graph_weights = _graph_weights(lifted, weights)  # by position among the compiled graph's inputs
+        compiled_weights.clear()
+        compiled_weights.update(graph_weights)
         try:
-            delegated = _hybrid_graph(aten_gm, weights, len(example_inputs), opts, report, store, policy, loaded)
+            delegated = _hybrid_graph(aten_gm, graph_weights, len(lifted) + len(example_inputs), opts, report,
+                                      store, policy, loaded)
         except Exception as e:  # noqa: BLE001 - a bug or failure before any partition is stitched in
             if opts.strict:
                 raise
@@ -95,7 +101,8 @@ def hybrid_trt_backend(gm: fx.GraphModule, example_inputs, options=None, mode=No
         runtimes.extend(d.runtime for d in kept)
         per_call.clear()
         if kept and compiled_graphs and compiled_graphs[-1][1] is compiled:
-            per_call.update(_per_call(gm, example_inputs, compiled_graphs[-1][0], weights, kept, opts, report))
+            per_call.update(_per_call(len(lifted), example_inputs, compiled_graphs[-1][0], graph_weights, kept,
+                                      opts, report))
         return compiled
 
     gm = preserve_ops(gm)
@@ -127,7 +134,9 @@ def hybrid_trt_backend(gm: fx.GraphModule, example_inputs, options=None, mode=No
             per_call.update(_per_call_from_json(graph.per_call))
     if opts.print_report:
         print(report.table())
-    return _hold(_called_per_call(compiled, per_call, runtimes, opts, report), runtimes)
+    # (a warm start did not run inner_compile: the positions are AOTAutograd's order, as the cold compile checked)
+    positions = compiled_weights or _graph_weights(_lifted_weights(gm), weights)
+    return _hold(_called_per_call(compiled, per_call, positions, runtimes, opts, report), runtimes)
 
 
 def _recorded(graphs: list, graph: fx.GraphModule, compiled):
@@ -135,7 +144,28 @@ def _recorded(graphs: list, graph: fx.GraphModule, compiled):
     return compiled
 
 
-def _per_call(dynamo_gm: fx.GraphModule, example_inputs, graph: fx.GraphModule, weights: dict, kept: list,
+def _lifted_weights(gm: fx.GraphModule, aot: bool = False) -> list:
+    """The captured graph's own parameters and buffers (Dynamo's ``install_free_tensors`` puts the model's weights
+    there instead of passing them as arguments), in the order AOTAutograd passes them in front of the arguments
+    (``aot_autograd.prepare_aot_config``). ``aot``: checked against the list AOTAutograd recorded for this compile
+    (called from inner_compile); on any difference, none (the weights then stay graph inputs, as before)."""
+    params = dict(gm.named_parameters(remove_duplicate=False))
+    buffers = dict(gm.named_buffers(remove_duplicate=False))
+    lifted = list(params.values()) + list(buffers.values())
+    if aot:
+        from torch._guards import TracingContext
+        recorded = getattr(TracingContext.try_get(), "params_flat", None)
+        if recorded is None or len(recorded) != len(lifted) or any(a is not b for a, b in zip(recorded, lifted)):
+            return []
+    return lifted
+
+
+def _graph_weights(lifted: list, weights: dict) -> dict:
+    """Weights by position among the compiled graph's inputs: ``lifted`` first, then Dynamo's arguments."""
+    return {**dict(enumerate(lifted)), **{len(lifted) + i: t for i, t in weights.items()}}
+
+
+def _per_call(n_lifted: int, example_inputs, graph: fx.GraphModule, graph_weights: dict, kept: list,
               opts: Options, report: CompileReport) -> dict:
     """What the frame needs at each call beyond Inductor's code, decided while AOTAutograd's metadata is at hand
     (inner_compile): the weights that live only inside engines (for hybrid_trt.skip_guards_on_baked_weights) and,
@@ -143,12 +173,12 @@ def _per_call(dynamo_gm: fx.GraphModule, example_inputs, graph: fx.GraphModule, 
     placeholders = [n for n in graph.graph.nodes if n.op == "placeholder"]
     outputs = graph.graph.output_node().args[0]
     n_outputs = len(outputs) if isinstance(outputs, (tuple, list)) else -1
-    reason = _direct.input_mapping_reason(dynamo_gm, example_inputs, len(placeholders))
+    reason = _direct.input_mapping_reason(n_lifted, example_inputs, len(placeholders))
     if reason is not None:
         logger.debug("hybrid_trt: graph %d: no per-call shortcuts: %s", report.graph_index, reason)
         return {}
-    out = {"baked_inputs": _direct.baked_inputs(dynamo_gm, graph, weights, kept)}
-    plan = _direct.plan_of(graph)
+    out = {"baked_inputs": _direct.baked_inputs(graph, graph_weights, kept)}
+    plan = _direct.plan_of(graph, n_lifted)
     if plan is None:
         return out
     reason = "CUDA graphs" if opts.cuda_graphs else _direct.aot_wrapper_reason(n_outputs)
@@ -169,14 +199,16 @@ def _per_call_from_json(data) -> dict:
     if not isinstance(data, dict):
         return {}
     plan, baked = data.get("direct"), data.get("baked_inputs")
-    return {"baked_inputs": [b for b in baked if isinstance(b, str)] if isinstance(baked, list) else [],
+    return {"baked_inputs": [b for b in baked if isinstance(b, int)] if isinstance(baked, list) else [],
             "direct": _direct.DirectPlan.from_json(plan) if plan else None}
 
 
-def _called_per_call(compiled, per_call: dict, runtimes: list, opts: Options, report: CompileReport):
+def _called_per_call(compiled, per_call: dict, graph_weights: dict, runtimes: list, opts: Options,
+                     report: CompileReport):
     """The callable Dynamo's frame calls: the direct plan's when there is one (and its runtimes are all here),
-    else Inductor's. Also hands the baked weights to the guard filter of this compile (guards.py)."""
-    record_baked_inputs(per_call.get("baked_inputs", ()))
+    else Inductor's. Also hands the baked weights (``graph_weights``: graph input position -> tensor) to the guard
+    filter of this compile (guards.py)."""
+    record_baked_weights([graph_weights[i] for i in per_call.get("baked_inputs", ()) if i in graph_weights])
     plan = per_call.get("direct")
     if plan is None or opts.cuda_graphs:
         return compiled

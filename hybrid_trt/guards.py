@@ -25,8 +25,9 @@ from typing import Sequence
 _ATTR = "_hybrid_trt_baked_inputs"
 
 
-def record_baked_inputs(sources: Sequence[str]) -> None:
-    """Called by the backend: ``sources`` (Dynamo source names) are weights baked into this compile's engines."""
+def record_baked_weights(tensors: Sequence) -> None:
+    """Called by the backend: ``tensors`` (the parameter and buffer objects themselves) are weights baked into this
+    compile's engines. Kept by identity for as long as the compile runs (Dynamo holds the tensors meanwhile)."""
     from torch._guards import CompileContext
     ctx = CompileContext.try_get()
     if ctx is None:
@@ -38,7 +39,7 @@ def record_baked_inputs(sources: Sequence[str]) -> None:
             setattr(ctx, _ATTR, records)
         except AttributeError:  # a torch whose CompileContext takes no attributes: nothing is dropped
             return
-    records.append((getattr(ctx, "attempt", None), frozenset(sources)))
+    records.append((getattr(ctx, "attempt", None), frozenset(id(t) for t in tensors)))
 
 
 def _baked_in_this_compile() -> frozenset:
@@ -57,10 +58,4 @@ def skip_guards_on_baked_weights(entries) -> list:
     baked = _baked_in_this_compile()
     if not baked:
         return [True] * len(entries)
-    return [not (e.guard_type == "TENSOR_MATCH" and _source_name(e) in baked) for e in entries]
-
-
-def _source_name(entry):
-    source = getattr(entry.orig_guard, "originating_source", None)
-    name = getattr(source, "name", None)
-    return name() if callable(name) else name
+    return [not (e.guard_type == "TENSOR_MATCH" and e.has_value and id(e.value) in baked) for e in entries]

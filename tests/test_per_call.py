@@ -179,6 +179,25 @@ def test_baked_weights_filter_drops_only_the_guards_of_weights_inside_engines():
         assert_close(compiled(x), model(x))
 
 
+@pytest.mark.parametrize("cls", [ConvNet, SplitAtAtan2])
+def test_weights_installed_as_graph_attributes_are_baked_too(cls):
+    """Dynamo's install_free_tensors makes weights attributes of the captured graph, which AOTAutograd passes in
+    front of the arguments: they are baked into the engine all the same (not engine inputs), a graph of delegate
+    calls alone is still called directly, and the filter drops the guards of those weights only."""
+    torch.manual_seed(0)
+    model, x = cls().eval(), torch.randn(2, 3, 16, 16)
+    with torch.no_grad(), torch._dynamo.config.patch(install_free_tensors=True):
+        compiled, seen = _guard_counts(model, x)
+        assert_close(compiled(x), model(x))
+        report = hybrid_trt.last_report()
+        assert report.partitions[0].input_shapes == [[2, 3, 16, 16]], report.table()  # weights are initializers
+        assert report.per_call == ("direct" if cls is ConvNet else "inductor")
+        y = torch.randn(2, 3, 16, 16)
+        assert_close(compiled(y), model(y))
+    assert any("conv" in n for n in seen["dropped"]) and any("fc" in n for n in seen["dropped"])
+    assert not any("angle" in n for n in seen["dropped"])  # Inductor's atan2 reads it
+
+
 def test_baked_weights_filter_drops_nothing_for_other_backends():
     torch.manual_seed(0)
     model, x = ConvNet().eval(), torch.randn(2, 3, 16, 16)

@@ -50,15 +50,18 @@ class DirectPlan:
             return None
 
 
-def plan_of(gm: fx.GraphModule) -> Optional[DirectPlan]:
+def plan_of(gm: fx.GraphModule, n_lifted: int = 0) -> Optional[DirectPlan]:
     """The plan of ``gm`` when it holds only placeholders, static delegate calls (no size arguments), ``getitem``
-    of their results and an output of those results; None otherwise."""
+    of their results and an output of those results; None otherwise. The first ``n_lifted`` placeholders are
+    weights AOTAutograd passes in front of Dynamo's arguments (see input_mapping_reason): a plan never reads
+    them (baked weights are inside the engines), and its input refs are Dynamo's argument positions."""
     refs: dict = {}
     calls: dict = {}
     steps, outputs, n_inputs = [], None, 0
     for node in gm.graph.nodes:
         if node.op == "placeholder":
-            refs[node] = (_INPUT, n_inputs)
+            if n_inputs >= n_lifted:
+                refs[node] = (_INPUT, n_inputs - n_lifted)
             n_inputs += 1
         elif node.op == "call_function" and node.target is delegate and not node.kwargs and len(node.args) == 3:
             key, inputs, sizes = node.args
@@ -84,14 +87,15 @@ def plan_of(gm: fx.GraphModule) -> Optional[DirectPlan]:
     return DirectPlan(tuple(steps), outputs)
 
 
-def input_mapping_reason(dynamo_gm: fx.GraphModule, example_inputs, n_graph_inputs: int) -> Optional[str]:
-    """Why the compiled graph's inputs are not Dynamo's arguments one for one (None when they are).
-    ``example_inputs``: Dynamo's arguments; ``n_graph_inputs``: the compiled graph's placeholders."""
+def input_mapping_reason(n_lifted: int, example_inputs, n_graph_inputs: int) -> Optional[str]:
+    """Why the compiled graph's inputs are not ``n_lifted`` weights (the captured graph's own parameters and
+    buffers, which AOTAutograd passes in front: Dynamo's ``install_free_tensors``) followed by Dynamo's arguments
+    one for one (None when they are). ``example_inputs``: Dynamo's arguments; ``n_graph_inputs``: the compiled
+    graph's placeholders."""
     from torch.utils._python_dispatch import is_traceable_wrapper_subclass
-    if any(True for _ in dynamo_gm.parameters()) or any(True for _ in dynamo_gm.buffers()):
-        return "the captured graph holds parameters AOTAutograd passes in front of the arguments"
-    if n_graph_inputs != len(example_inputs):
-        return f"{n_graph_inputs} graph inputs for {len(example_inputs)} arguments (deduplicated or synthetic bases)"
+    if n_graph_inputs != n_lifted + len(example_inputs):
+        return (f"{n_graph_inputs} graph inputs for {n_lifted} lifted weights and {len(example_inputs)} arguments "
+                "(deduplicated or synthetic bases)")
     if any(is_traceable_wrapper_subclass(t) for t in example_inputs if isinstance(t, torch.Tensor)):
         return "tensor subclass inputs"
     return None
@@ -152,21 +156,11 @@ def direct_callable(plan: DirectPlan, runtimes: Mapping[str, object]) -> Optiona
     return direct_steps
 
 
-def baked_inputs(dynamo_gm: fx.GraphModule, graph: fx.GraphModule, weights: Mapping[int, torch.Tensor],
-                 kept: list) -> list:
-    """Dynamo source names of the graph inputs whose values live only inside engines: weights a delegated
-    partition in ``kept`` baked in as constants, and that nothing else in the compiled ``graph`` reads (so no
-    compiled code ever looks at the tensor passed at call time). Requires the compiled graph's inputs to be
-    Dynamo's arguments one for one (see input_mapping_reason)."""
+def baked_inputs(graph: fx.GraphModule, weights: Mapping[int, torch.Tensor], kept: list) -> list:
+    """Positions among the compiled ``graph``'s inputs of the weights whose values live only inside engines:
+    weights (``weights``: graph input position -> tensor) that a delegated partition in ``kept`` baked in as
+    constants, and that nothing else in the compiled graph reads, so no compiled code ever looks at the tensor
+    passed at call time."""
     in_engines = {id(getattr(d.extracted.module, name)) for d in kept for name in d.extracted.constant_names}
     read = [bool(n.users) for n in graph.graph.nodes if n.op == "placeholder"]
-    sources = [n.meta.get("grapharg") for n in dynamo_gm.graph.nodes if n.op == "placeholder"]
-    out = []
-    for i, t in weights.items():
-        if i < len(read) and i < len(sources) and not read[i] and id(t) in in_engines:
-            source = getattr(sources[i], "source", None)
-            name = getattr(source, "name", None)
-            name = name() if callable(name) else name
-            if isinstance(name, str):
-                out.append(name)
-    return sorted(out)
+    return sorted(i for i, t in weights.items() if i < len(read) and not read[i] and id(t) in in_engines)
