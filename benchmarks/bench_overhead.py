@@ -4,8 +4,11 @@
 
 For each model the layers below are called in turn, once per round (A B C ... A B C ...), and a layer's cost is
 the median of the paired per-round differences, which cancels most of the drift of a shared machine:
-  hybrid   the torch.compile'd model (Dynamo frame, AOT wrappers, Inductor's wrapper, the delegate op)
+  hybrid   the torch.compile'd model: Dynamo's frame, then the callable it calls. For a graph of delegate calls
+           alone that is the direct call (stitch/direct.py, PartitionRuntime.run without the dispatcher); for
+           any other graph AOTAutograd's wrapper, Inductor's code and the delegate op
   dynamo   the same model under torch.compile with a backend that only calls the delegate op on the input
+           (so "hybrid - dynamo" is negative where hybrid calls directly: the op's dispatcher is then skipped)
   op       torch.ops.hybrid_trt.delegate called directly (dispatcher, key lookup, partition runtime, engine)
   engine   the ONNX Runtime engine object (contiguity, output allocation, IO binding, run)
   raw      InferenceSession.run_with_iobinding of that partition on pre-bound buffers
@@ -14,7 +17,13 @@ the median of the paired per-round differences, which cancels most of the drift 
   raw_all  every partition's session on pre-bound buffers (what hybrid cannot avoid)
   ort      ONNX Runtime on the whole model exported by torch.onnx (bench_models.py's baseline)
 "raw - ORT whole" is not overhead: it compares the partition's ONNX graph (hybrid_trt's lowering) with the
-exporter's, run by the same runtime.
+exporter's, run by the same runtime. For fully delegated models against ONNX Runtime on the whole model, with
+Dynamo's guard settings and before/after figures, see bench_cpu_whole.py.
+
+Every compiled copy of a model gets a ``forward`` code object of its own (bench_cpu_whole._own_code): Dynamo keeps
+compiled frames per code object, so copies compiled under different settings would otherwise share (and be served
+by) one another's frames; before this, the --frame table reset Dynamo between variants, and the earlier variants
+recompiled under default settings at their first timed call.
 """
 from __future__ import annotations
 
@@ -85,6 +94,7 @@ def frame_table(models, threads: int, calls: int) -> list:
     import torch
     import bench_models
     import hybrid_trt  # noqa: F401
+    from bench_cpu_whole import _own_code
     lines = ["| model | graph inputs (default / free tensors) | "
              + " | ".join(f"frame {k} ms" for k in FRAME_VARIANTS) + " | frame skip_guard_eval_unsafe ms | "
              + " | ".join(f"hybrid {k} ms" for k in FRAME_VARIANTS) + " | ORT whole ms |",
@@ -93,17 +103,17 @@ def frame_table(models, threads: int, calls: int) -> list:
         for name in models:
             model, x = bench_models._build(name)
             fns, n_inputs = {}, {}
+            torch._dynamo.reset()
             for k, patch in FRAME_VARIANTS.items():
-                torch._dynamo.reset()
                 seen = []
 
                 def backend(gm, example_inputs, seen=seen):
                     seen.append(len(example_inputs))
                     return lambda *args: torch.zeros(1)
                 with torch._dynamo.config.patch(patch):
-                    frame = torch.compile(copy.deepcopy(model), backend=backend)
+                    frame = torch.compile(_own_code(copy.deepcopy(model), f"frame_{k}"), backend=backend)
                     frame(x)
-                    hybrid = torch.compile(copy.deepcopy(model), backend="hybrid_trt",
+                    hybrid = torch.compile(_own_code(copy.deepcopy(model), f"hybrid_{k}"), backend="hybrid_trt",
                                            options={"num_threads": threads})
                     hybrid(x)
                 n_inputs[k] = seen[0]
@@ -141,6 +151,7 @@ def main():
     import torch
     import bench_models
     import hybrid_trt  # noqa: F401
+    from bench_cpu_whole import _own_code
     from hybrid_trt.engines.runtime import REGISTRY
     bench_models.THREADS = args.threads
     torch.set_num_threads(args.threads)
@@ -155,7 +166,8 @@ def main():
         return
     lines = [f"Machine: {bench_models.machine()}", "",
              "| model | partitions | hybrid ms | ORT whole ms | hybrid / ORT whole | raw partition sessions ms | "
-             "hybrid - dynamo (AOT + Inductor wrappers) | dynamo - op (Dynamo frame + op call) | frame only "
+             "hybrid - dynamo (direct call: negative; else AOT + Inductor wrappers) | dynamo - op (Dynamo frame + "
+             "op call) | frame only "
              "(Dynamo, no work) | op - engine (dispatcher, key lookup) | engine - raw (binding, outputs) | "
              "raw - ORT whole (the partition's ONNX vs torch.onnx's) |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -174,9 +186,10 @@ def main():
             engine = first._static_engine
             binding, held = bench_models._bind_fresh(engine)
             inputs = [x] if len(engine._inputs) == 1 else [held[i] for i in range(len(engine._inputs))]
-            dynamo_only = torch.compile(copy.deepcopy(model), backend=_op_only_backend(first.key))
+            dynamo_only = torch.compile(_own_code(copy.deepcopy(model), "dynamo"), backend=_op_only_backend(first.key))
             dynamo_only(x)
-            frame_only = torch.compile(copy.deepcopy(model), backend=_frame_only_backend(torch.zeros(1)))
+            frame_only = torch.compile(_own_code(copy.deepcopy(model), "frame"),
+                                       backend=_frame_only_backend(torch.zeros(1)))
             frame_only(x)
             bindings = [bench_models._bind_fresh(rt._static_engine) for rt in runtimes
                         if rt._static_engine is not None]
