@@ -266,3 +266,18 @@ def test_key_of_a_100mb_model_streams_over_the_weights():
     assert seconds < 10, f"keying a 100 MiB model took {seconds:.1f} s"
     model.graph.initializer[parts - 1].raw_data = model.graph.initializer[parts - 1].raw_data[:-4] + b"\0\0\0\0"
     assert _key(model) != key  # the last bytes of the last weight count too
+
+
+def test_graph_key_follows_hybrid_trt_source(monkeypatch):
+    """A changed lowering (same version number, a development tree) must not be served the graph an older lowering
+    compiled: the graph key covers hybrid_trt's own source."""
+    import torch.fx as fx
+    from hybrid_trt import make_options
+    from hybrid_trt.engines import graph as graph_mod
+    gm = fx.symbolic_trace(torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()))
+    options = make_options(environ={})
+    x = [torch.randn(2, 4)]
+    before = graph_mod.graph_key(gm, x, {}, options)
+    assert graph_mod.graph_key(gm, x, {}, options) == before
+    monkeypatch.setattr(graph_mod, "package_source_hash", lambda: "edited lowering")
+    assert graph_mod.graph_key(gm, x, {}, options) != before

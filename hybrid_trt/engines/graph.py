@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import json
+import pathlib
 import time
 import uuid
 from typing import Optional
@@ -50,7 +52,7 @@ def graph_key(gm: fx.GraphModule, example_inputs, weights: dict, options) -> str
         "inputs": [_spec(n.meta.get("example_value", n.meta.get("val"))) for n in placeholders],
         "example_inputs": [_spec(x) for x in example_inputs],
         "options": options.compiled_fields(), "delegates": options.resolved_delegates(),
-        "lowerings": sorted(str(t) for t in registered_targets()),
+        "lowerings": sorted(str(t) for t in registered_targets()), "source": package_source_hash(),
         "environments": {name: environment(name, device) for name in options.resolved_delegates()},
     }
     h = hashlib.sha256(json.dumps(header, sort_keys=True, default=str).encode())
@@ -60,6 +62,19 @@ def graph_key(gm: fx.GraphModule, example_inputs, weights: dict, options) -> str
         if isinstance(t, torch.Tensor):
             h.update(f"{name} {_spec(t)}".encode())
             h.update(_tensor_bytes(t))
+    return h.hexdigest()
+
+
+@functools.lru_cache(maxsize=1)
+def package_source_hash() -> str:
+    """Hash of hybrid_trt's own source files, once per process (about 1 ms). A change to a lowering, the partitioner
+    or the stitcher changes what a graph compiles to, and a development tree keeps its version number across such
+    changes: without this, a warm cache kept serving graphs whose engines the old lowering had built."""
+    root = pathlib.Path(__file__).resolve().parents[1]
+    h = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        h.update(str(path.relative_to(root)).encode())
+        h.update(path.read_bytes())
     return h.hexdigest()
 
 
