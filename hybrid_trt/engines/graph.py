@@ -7,7 +7,8 @@ not bake weights in; hybrid_trt's engines do). The backend therefore compiles un
 cache keys (``FxGraphHashDetails.cache_key_tag``). It names hybrid_trt and holds
 
 - the graph key: a hash of the captured graph's code, its input specs, the weights by content, the options that
-  change what is compiled, the lowerings registered (plugins add some) and each delegate's environment;
+  change what is compiled, the lowerings registered (plugins add some), hybrid_trt's own source files and
+  each delegate's environment;
 - a salt stored in the graph's manifest. A stored compiled graph calls engines by key; if any of them left the
   engine store (evicted, deleted, corrupt), the manifest is incomplete, a new salt is drawn, and Inductor's
   stale entry is never hit again.
