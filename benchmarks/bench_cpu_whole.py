@@ -5,7 +5,7 @@ paired alternating rounds, with the per-call layers between the two (issue 10's 
                                          [--threads 2] [--rounds 200] [--out FILE]
 
 Every model is batch 1, 224x224, float32, random weights (torchvision), compiled with
-``options={"num_threads": --threads}``. Each callable below runs once per round, in an order rotated every round;
+``options={"num_threads": --threads}``. Each callable below runs once per round, in an order shuffled every round;
 a figure is the median over rounds, a layer the median of its per-round paired differences, a ratio the median of
 the per-round ratios (drift of a shared machine cancels in all three). Layers are given twice: wall time, and the
 CPU time of the calling thread (``time.thread_time``), which leaves out the time the thread was preempted by other
@@ -189,15 +189,18 @@ def _delegation(report) -> tuple[bool, str]:
 
 
 def _paired(fns: dict, rounds: int, settle: float = 0.0):
-    """Each callable once per round, in an order rotated every round (``settle`` seconds of sleep before each
-    call); (wall, thread CPU) seconds by name."""
+    """Each callable once per round, in an order shuffled every round (``settle`` seconds of sleep before each
+    call); (wall, thread CPU) seconds by name. Shuffled, not rotated: a rotation keeps every callable behind the
+    same predecessor, and in one run the callable behind the whole-model session came out up to 1.5x slower."""
+    import random
+    order = random.Random(0)
     names = list(fns)
     wall, cpu = {k: [] for k in names}, {k: [] for k in names}
     for _ in range(5):
         for fn in fns.values():
             fn()
-    for r in range(rounds):
-        for k in names[r % len(names):] + names[:r % len(names)]:
+    for _ in range(rounds):
+        for k in order.sample(names, len(names)):
             fn = fns[k]
             if settle:
                 time.sleep(settle)

@@ -47,7 +47,7 @@ def _baked_in_this_compile() -> frozenset:
     ctx = CompileContext.try_get()
     records = getattr(ctx, _ATTR, None) or []
     attempt = getattr(ctx, "attempt", None)
-    mine = [sources for a, sources in records if a == attempt]
+    mine = [ids for a, ids in records if a == attempt]
     # One hybrid graph per frame compile is what Dynamo produces; anything else keeps every guard.
     return mine[0] if len(mine) == 1 else frozenset()
 
