@@ -19,6 +19,8 @@ engines (``engines/graph.py``, ``source_hashes_in_background``), so on a machine
 
 Each cold/warm pair runs in its own cache directories, ``--repeats`` times; every row gives the 1-minute load
 average at the start of its cold and warm process (the machine is shared: compare ratios within a row).
+``BENCH_TREE=DIR`` makes the children import hybrid_trt and the examples from DIR (a snapshot of a commit, while
+the working tree changes); ``--trees A,B`` compares two trees' warm starts.
 
     .venv/bin/python benchmarks/bench_compile_time.py [--models resnet18,detector,lidar] [--repeats 1]
         [--backends hybrid_trt,inductor]
@@ -161,7 +163,9 @@ def main() -> None:
     from bench_models import machine
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
-    print(f"Machine: {machine()}; commit {commit}; {args.threads} threads\n")
+    tree = os.environ.get("BENCH_TREE")  # children import hybrid_trt from there (e.g. a `git archive` snapshot)
+    print(f"Machine: {machine()}; commit {commit}" + (f" (code from {tree})" if tree else "")
+          + f"; {args.threads} threads\n")
     print("| model | backend | cold compile s | warm compile s | warm/cold | cold process s | warm process s | "
           "engines cold -> warm | Inductor graph warm | call ms cold | call ms warm | matches | load cold/warm |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
