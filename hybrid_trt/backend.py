@@ -116,11 +116,17 @@ def hybrid_trt_backend(gm: fx.GraphModule, example_inputs, options=None, mode=No
         with torch.compiler.config.patch(force_disable_caches=True):
             compiled = compile_inductor()
     else:
-        with source_hashes_in_background():  # Inductor's cache key needs them; they overlap with our key and loads
+        with source_hashes_in_background() as start_hashing:  # Inductor's cache key needs them
             t0 = time.perf_counter()
-            graph = open_graph(store, graph_key(gm, example_inputs, weights, opts), policy)
+            # They overlap with the engine loads unless the stored graph is called directly (no Inductor at all).
+            graph = open_graph(store, graph_key(gm, example_inputs, weights, opts), policy, before_loads=lambda
+                               stored: None if _stored_direct(stored, opts) else start_hashing())
             logger.debug("hybrid_trt: graph %d key and stored engines in %.3f s", report.graph_index,
                          time.perf_counter() - t0)
+            served = _served_directly(graph, gm, weights, opts, report) if graph.complete else None
+            if served is not None:
+                return served
+            start_hashing()
             # The AOTAutograd cache keys the graph before partitioning, and the FX-graph cache the stitched graph:
             # the tag (in both keys) keeps plain-Inductor and hybrid entries apart and ties them to the stored
             # engines.
@@ -129,7 +135,7 @@ def hybrid_trt_backend(gm: fx.GraphModule, example_inputs, options=None, mode=No
         if ran:
             graph.save(report, runtimes, _per_call_json(per_call))  # record what the compiled graph calls
         elif graph.complete:
-            graph.fill_report(report)  # served by Inductor's cache
+            graph.fill_report(report, inductor_cache=True)  # served by Inductor's cache
             runtimes.extend(graph.runtimes.values())
             per_call.update(_per_call_from_json(graph.per_call))
     if opts.print_report:
@@ -137,6 +143,37 @@ def hybrid_trt_backend(gm: fx.GraphModule, example_inputs, options=None, mode=No
     # (a warm start did not run inner_compile: the positions are AOTAutograd's order, as the cold compile checked)
     positions = compiled_weights or _graph_weights(_lifted_weights(gm), weights)
     return _hold(_called_per_call(compiled, per_call, positions, runtimes, opts, report), runtimes)
+
+
+def _stored_direct(stored_per_call, opts: Options) -> bool:
+    """Whether a stored graph's per-call plan (None: no usable manifest) calls its engines directly."""
+    return bool(stored_per_call and stored_per_call.get("direct")) and not opts.cuda_graphs
+
+
+def _served_directly(graph: GraphCache, gm: fx.GraphModule, weights: dict, opts: Options,
+                     report: CompileReport):
+    """A warm start of a graph of delegate calls alone: the direct callable over the loaded engines, with no
+    Inductor lookup (its cache key alone hashes torch's sources, 0.3-0.5 s per process), or None.
+
+    Its cold compile decided the plan where AOTAutograd's wrapper is the identity and the compiled graph's inputs
+    are Dynamo's arguments (stitch/direct.py); the graph key covers the captured code and input specs, so the
+    same plan holds. A plan that cannot be completed here (a runtime missing) leaves the compile to Inductor."""
+    per_call = _per_call_from_json(graph.per_call)
+    if not _stored_direct(graph.per_call, opts) or per_call.get("direct") is None:
+        return None
+    direct = _direct.direct_callable(per_call["direct"], graph.runtimes)
+    if direct is None:
+        return None
+    graph.fill_report(report, inductor_cache=False)
+    report.per_call = "direct"
+    runtimes = list(graph.runtimes.values())
+    positions = _graph_weights(_lifted_weights(gm), weights)
+    record_baked_weights([positions[i] for i in per_call["baked_inputs"] if i in positions])
+    logger.debug("hybrid_trt: graph %d served from its manifest: %d delegate call(s), called directly",
+                 report.graph_index, len(per_call["direct"].steps))
+    if opts.print_report:
+        print(report.table())
+    return _hold(direct, runtimes)
 
 
 def _recorded(graphs: list, graph: fx.GraphModule, compiled):

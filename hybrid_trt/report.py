@@ -63,8 +63,11 @@ class CompileReport:
     partitions: list = dataclasses.field(default_factory=list)
     inductor_ops: list = dataclasses.field(default_factory=list)
     inductor_status: str = "compiled"  # compiled | ran as FX graph (Inductor failed)
-    # True when Inductor's AOTAutograd cache served the compiled graph: nothing was partitioned, lowered or
-    # compiled; partitions and reasons come from the stored graph manifest, engines from the engine store.
+    # A warm start: the stored graph manifest served this compile, so nothing was partitioned, lowered or
+    # compiled; partitions and reasons come from the manifest, engines from the engine store.
+    from_graph_manifest: bool = False
+    # True when Inductor's AOTAutograd cache served the compiled graph (a warm start of a graph Inductor runs; a
+    # graph called directly, per_call "direct", needs no Inductor code and skips Inductor altogether).
     from_inductor_cache: bool = False
     partition_seconds: float = 0.0
     cuda_graphs: Optional[CudaGraphRecord] = None  # None when CUDA graphs were not asked for
@@ -87,7 +90,8 @@ class CompileReport:
         lines = [f"hybrid_trt graph {self.graph_index}: {self.delegated_op_count}/{total} ops delegated in "
                  f"{sum(p.status == 'delegated' for p in self.partitions)} partition(s); "
                  f"Inductor: {self.inductor_status}"
-                 f"{' (from its cache)' if self.from_inductor_cache else ''}"]
+                 f"{' (from its cache)' if self.from_inductor_cache else ''}"
+                 f"{' (not needed: delegate calls only, served from the graph manifest)' if self.from_graph_manifest and not self.from_inductor_cache else ''}"]
         if self.whole_graph_reason:
             lines.append(f"  whole graph to Inductor: {self.whole_graph_reason}")
         if self.cuda_graphs is not None:

@@ -71,6 +71,7 @@ def main(backend: str, name: str) -> None:
     if backend == "hybrid_trt":
         reports = hybrid_trt.reports()
         result["from_inductor_cache"] = [r.from_inductor_cache for r in reports]
+        result["from_graph_manifest"] = [r.from_graph_manifest for r in reports]
         result["per_call"] = [r.per_call for r in reports]
         result["partitions"] = [{"status": p.status, "key": p.key, "engines": [e.source for e in p.engines],
                                  "seconds": [e.seconds for e in p.engines]} for r in reports for p in r.partitions]

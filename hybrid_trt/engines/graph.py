@@ -27,7 +27,7 @@ import json
 import pathlib
 import time
 import uuid
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 import torch.fx as fx
@@ -110,11 +110,14 @@ class GraphCache:
         user = torch.compiler.config.cache_key_tag
         return (user + "|" if user else "") + f"hybrid_trt {__version__} graph {self.key} salt {self.salt}"
 
-    def fill_report(self, report: CompileReport) -> None:
-        """The report of a compile Inductor's cache served: the stored rows, engines as loaded now."""
+    def fill_report(self, report: CompileReport, inductor_cache: bool = True) -> None:
+        """The report of a compile the stored manifest served: the stored rows, engines as loaded now.
+        ``inductor_cache``: Inductor's cache served the compiled graph (False: the graph is called directly and
+        Inductor was not consulted, see backend.py)."""
         report.partitions = self.partitions
         report.inductor_ops = self.inductor_ops
-        report.from_inductor_cache = True
+        report.from_graph_manifest = True
+        report.from_inductor_cache = inductor_cache
 
     def save(self, report: CompileReport, runtimes: list, per_call: Optional[dict] = None) -> None:
         keys = {id(rt.report): rt for rt in runtimes}
@@ -132,22 +135,30 @@ class GraphCache:
         self.store.put(_entry_key(self.key), {MANIFEST: json.dumps(manifest).encode()}, {"kind": "graph"})
 
 
-def open_graph(store: EngineStore, key: str, policy: Policy) -> GraphCache:
-    """The graph entry of ``key``: with the manifest's engines loaded when it is complete, else a new salt."""
+def open_graph(store: EngineStore, key: str, policy: Policy,
+               before_loads: Optional[Callable[[Optional[dict]], None]] = None) -> GraphCache:
+    """The graph entry of ``key``: with the manifest's engines loaded when it is complete, else a new salt.
+    ``before_loads`` is called with the stored per-call plan (None when there is no usable manifest) before any
+    engine is loaded, so that work the caller needs next can start beside the loads."""
     fresh = GraphCache(store, key, uuid.uuid4().hex, False, {}, [], [])
+    announce = before_loads or (lambda per_call: None)
     entry = store.get(_entry_key(key))
     if entry is None:
+        announce(None)
         return fresh
     try:
         manifest = json.loads(entry.files[MANIFEST])
         if manifest["format"] != _FORMAT:
+            announce(None)
             return fresh
         rows = manifest["partitions"]
         inductor_ops = [InductorOp(*op) for op in manifest["inductor_ops"]]
         per_call = manifest.get("per_call") or {}  # absent in manifests written before it existed
     except (KeyError, ValueError, TypeError) as e:
         logger.debug("hybrid_trt: unreadable graph manifest %s (%s); compiling afresh", key, e)
+        announce(None)
         return fresh
+    announce(per_call)
     runtimes, partitions = {}, []
     for row in rows:
         content_key, device = row["key"], row.pop("device")
@@ -176,25 +187,32 @@ def source_hashes_in_background():
     """Inductor's cache keys include hashes of torch's and Triton's installed sources (``codecache.torch_key``
     and ``triton_key``: every torch module and Triton's 500 MB library, 0.8 s on the 2-core CPU machine), computed
     once per process at the first cache lookup. Torch caches them with ``prefetch()``, which starts the
-    computation in torch's own worker thread; started here, it overlaps with the graph key and the engine loads
+    computation in torch's own worker thread. Yields ``start``: called once it is known that Inductor will be
+    consulted (a graph served by its direct call never is), it lets the hashes overlap with the engine loads
     that come before Inductor's lookup (file reads and sha256 release the GIL) instead of following them. On
-    exit it waits for both, so nothing started here outlives the compile (a process forked later never inherits
-    a half-done hash). A torch without ``prefetch`` computes them at the lookup as before."""
+    exit it waits for what was started, so nothing started here outlives the compile (a process forked later never
+    inherits a half-done hash). A torch without ``prefetch`` computes them at the lookup as before."""
     from torch._inductor import codecache
     # Looked up by name: torch 2.11 has no codecache.triton_key (its hash lives elsewhere), 2.14 has both.
     found = (getattr(codecache, name, None) for name in ("torch_key", "triton_key"))
-    keys = [f for f in found if callable(getattr(f, "prefetch", None))]
+    candidates = [f for f in found if callable(getattr(f, "prefetch", None))]
+    started: list = []
+
+    def start() -> None:
+        if started or not candidates:
+            return
+        started.extend(candidates)
+        try:
+            for f in candidates:
+                f.prefetch()
+        except RuntimeError as e:  # the worker pool is shut down (a compile during interpreter exit): hash at lookup
+            logger.debug("hybrid_trt: cannot prefetch Inductor's source hashes: %s", e)
+
     try:
-        for f in keys:
-            f.prefetch()
-    except RuntimeError as e:  # the worker pool is shut down (a compile during interpreter exit): hash at lookup
-        logger.debug("hybrid_trt: cannot prefetch Inductor's source hashes: %s", e)
-    try:
-        yield
+        yield start
     finally:
-        for f in keys:
+        for f in started:
             try:
                 f()  # the cached value, or waits for the worker; Inductor has usually consumed it already
             except Exception as e:  # noqa: BLE001 - Inductor's own call reports it; never mask the compile's
                 logger.debug("hybrid_trt: hashing torch's sources for Inductor's cache key failed: %s", e)
-

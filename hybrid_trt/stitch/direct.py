@@ -8,9 +8,9 @@ when the model's own work has evicted them (``benchmarks/results/overhead_cpu_2c
 anything for such a graph, so the backend returns :func:`direct_callable` instead, which calls the partition
 runtimes with the right arguments.
 
-Inductor still compiles the graph (its caches hold it as they do for every hybrid graph); the plan is stored in
-the graph's manifest so that a warm start, where Inductor's cache serves the compiled graph and nothing is
-partitioned, returns the same direct callable.
+Inductor still compiles the graph at the cold compile (its caches hold it as they do for every hybrid graph); the
+plan is stored in the graph's manifest, so a warm start returns the same direct callable from the manifest and the
+loaded engines without consulting Inductor at all (backend.py, ``_served_directly``).
 
 The plan applies only where AOTAutograd's runtime wrapper is the identity (:func:`input_mapping_reason`,
 :func:`aot_wrapper_reason`): no input mutations, no outputs aliasing inputs or intermediates, no effect tokens,
