@@ -88,7 +88,8 @@ def child(name: str, backend: str, iters: int) -> None:
         engines = [e for r in reports for p in r.partitions for e in p.engines]
         result.update(built=sum(e.source == "built" for e in engines), loaded=sum(e.source == "loaded" for e in engines),
                       engine_s=sum(e.seconds for e in engines),
-                      from_inductor_cache=all(r.from_inductor_cache for r in reports))
+                      from_inductor_cache=all(r.from_inductor_cache for r in reports),
+                      direct_from_manifest=all(r.from_graph_manifest and r.per_call == "direct" for r in reports))
     print("RESULT " + json.dumps(result))
 
 
@@ -182,7 +183,8 @@ def main() -> None:
                 ratios.setdefault((name, backend), []).append(warm["compile_s"] / cold["compile_s"])
                 engines = (f"built {cold['built']} -> loaded {warm['loaded']}, built {warm['built']}"
                            if backend == "hybrid_trt" else "-")
-                cached = ("from cache" if warm.get("from_inductor_cache") else "compiled") \
+                cached = ("not needed (direct call)" if warm.get("direct_from_manifest") else
+                          "from cache" if warm.get("from_inductor_cache") else "compiled") \
                     if backend == "hybrid_trt" else "-"
                 print(f"| {name} | {backend} | {cold['compile_s']:.2f} | {warm['compile_s']:.2f} | "
                       f"{warm['compile_s'] / cold['compile_s']:.0%} | {cold['process_s']:.2f} | "
