@@ -218,13 +218,9 @@ def _per_call(n_lifted: int, example_inputs, graph: fx.GraphModule, graph_weight
     plan = _direct.plan_of(graph, n_lifted)
     if plan is None:
         return out
-    if opts.cuda_graphs:
-        reason = "CUDA graphs"
-    elif any(d.runtime.device.type != "cpu" for d in kept):
-        # Not yet run on a GPU machine; Inductor's path around CUDA engines is the one verified on the H200.
-        reason = "the direct call is verified on CPU partitions only so far"
-    else:
-        reason = _direct.aot_wrapper_reason(n_outputs)
+    # CUDA engines order themselves against the caller's current stream inside ``run`` (engines/runtime.py), the
+    # same call Inductor's code makes, so the direct call needs nothing more on a GPU.
+    reason = "CUDA graphs" if opts.cuda_graphs else _direct.aot_wrapper_reason(n_outputs)
     if reason is not None:
         logger.debug("hybrid_trt: graph %d is only delegate calls but keeps Inductor's wrappers: %s",
                      report.graph_index, reason)

@@ -106,6 +106,25 @@ def test_slow_partition_feeding_inductor_matches_eager_exactly(build_on, run_on)
     assert all(matches), f"{matches.count(False)} of {ITERATIONS} iterations differ from eager"
 
 
+@pytest.mark.parametrize("run_on", ["default", "side"])
+def test_fully_delegated_graph_called_directly_orders_on_the_callers_stream(run_on):
+    """The whole chain delegated: the frame calls the runtime directly (stitch/direct.py), with no Inductor code
+    around it. Each input is made on the caller's stream just before the call and each output is read (cloned)
+    on it right after, so a call that starts early or returns before its outputs are ready differs from eager."""
+    model = MatmulChain().cuda().eval()
+    n = model.w.shape[0]
+    side = torch.cuda.Stream()
+    with torch.no_grad():
+        fast = torch.compile(model, backend="hybrid_trt", options={"delegates": ["onnxruntime"]})
+        fast(_chain_input(n, torch.Generator(device="cuda").manual_seed(7)))
+        torch.cuda.synchronize()
+        assert hybrid_trt.last_report().per_call == "direct", hybrid_trt.last_report().table()
+        with torch.cuda.stream(side if run_on == "side" else torch.cuda.default_stream()):
+            cloning = lambda x: tuple(t.clone() for t in fast(x))  # noqa: E731
+            matches = _run_chain(cloning, model, n)
+    assert all(matches), f"{matches.count(False)} of {ITERATIONS} iterations differ from eager"
+
+
 @torch.library.custom_op("hybrid_trt_test::decode", mutates_args=())
 def decode(table: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     """A user's decode op: gathers rows by the indices a delegated topk produced (out-of-range indices trip a
