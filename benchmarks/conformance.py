@@ -869,7 +869,9 @@ def main():
     cases = select(args.models)
     slug, desc = machine(args.device)
     out_path = args.out or os.path.join(ROOT, "benchmarks", "results", f"conformance_{slug}_{args.dtype}.md")
-    log_dir = tempfile.mkdtemp(prefix="conformance-")
+    # CONFORMANCE_LOG_DIR keeps the workers' full logs somewhere chosen (e.g. to bring them back from a device)
+    log_dir = os.environ.get("CONFORMANCE_LOG_DIR") or tempfile.mkdtemp(prefix="conformance-")
+    os.makedirs(log_dir, exist_ok=True)
     print(f"[conformance] {len(cases)} models on {args.device} {args.dtype}; logs in {log_dir}", file=sys.stderr,
           flush=True)
     header = [f"# Conformance: {args.device}, {args.dtype}", "",
