@@ -40,7 +40,15 @@ def packages(tmp_path_factory):
             n = torch.export.Dim("voxels", min=16, max=200000)
             dynamic = ({0: n}, {0: n})
         paths[name] = hybrid_trt.export(model, example, dynamic_shapes=dynamic, path=out / name)
-    # Two input shapes, through the console command (progress, report, package path on stdout).
+    # A dynamic batch range over a graph whose lowering bakes the batch (the flatten's Reshape target): engines
+    # per listed shape, with the reason in the manifest.
+    model, example = export_models.resnet18()
+    batch = torch.export.Dim("batch", min=1, max=8)
+    paths["resnet18_batch"] = hybrid_trt.export(model, example, dynamic_shapes=({0: batch},),
+                                                shapes=[{"x": (2, 3, 32, 32)}, {"x": (5, 3, 32, 32)}],
+                                                path=out / "resnet18_batch")
+    # Two input shapes, through the console command (progress, report, package path on stdout); the batch
+    # dims that differ become one dynamic dim over [2, 4], and the partition one engine for that range.
     path = out / "two_inputs.zip"
     done = _run(["-m", "hybrid_trt.export.cli", "export", "export_models:two_inputs", "--out", str(path),
                  "--shape", "image=2x3x16x16,features=2x6", "--shape", "image=4x3x16x16,features=4x6"])
@@ -71,9 +79,16 @@ torch.compile = forbidden("torch.compile")
 torch.export.export = forbidden("torch.export")
 torch._inductor.aoti_compile_and_package = forbidden("AOTInductor compile")
 
+# Batch sizes to run besides the reference cases: inside a range (must match eager) and outside (must raise).
+EXTRA = {"two_inputs": {"inside": [3], "outside": 5}, "resnet18_batch": {"inside": [], "outside": 3}}
+
+def inputs_at(name, batch):
+    _, example = getattr(export_models, name)()
+    return [torch.randn(batch, *t.shape[1:]) for t in example]
+
 results = {}
 for name, path in json.loads(sys.argv[1]).items():
-    model, _ = getattr(export_models, name)()
+    model, _ = getattr(export_models, name.replace("_batch", ""))()
     loaded = hybrid_trt.load(path)
     cases = []
     for ref in loaded.manifest["reference"]:
@@ -89,12 +104,25 @@ for name, path in json.loads(sys.argv[1]).items():
         except AssertionError as e:
             cases.append([ref["input_shapes"], str(e)])
     missing = None
-    if name == "two_inputs":  # batch 3 is within the dynamic range, but no engine was built for it
+    extra = EXTRA.get(name, {})
+    source = name.replace("_batch", "")
+    for batch in extra.get("inside", []):  # not a listed shape: served by the engine for the range
+        inputs = inputs_at(source, batch)
+        with torch.no_grad():
+            got, expected = loaded(*inputs), model(*inputs)
         try:
-            loaded(torch.randn(3, 3, 16, 16), torch.randn(3, 6))
+            torch.testing.assert_close(got, expected, rtol=1e-3, atol=1e-4)
+            cases.append([[list(t.shape) for t in inputs], "ok"])
+        except AssertionError as e:
+            cases.append([[list(t.shape) for t in inputs], str(e)])
+    if "outside" in extra:
+        try:
+            loaded(*inputs_at(source, extra["outside"]))
         except Exception as e:
             missing = f"{type(e).__name__}: {e}"
-    results[name] = {"cases": cases, "missing": missing, "partitions": len(loaded.manifest["partitions"])}
+    records = [[r.source for r in rt.report.engines] for rt in loaded._runtimes]
+    results[name] = {"cases": cases, "missing": missing, "partitions": len(loaded.manifest["partitions"]),
+                     "engine_records": records, "aoti_constants": list(loaded._aoti.get_constant_fqns())}
 print("RESULTS" + json.dumps({"results": results, "forbidden_calls": ran}))
 """
 
@@ -123,6 +151,18 @@ def test_resnet18_round_trip(fresh_process, packages):
     assert manifest["versions"]["torch"] == torch.__version__ and manifest["gpu_arch"] == "cpu"
 
 
+def test_package_holds_the_weights_once(fresh_process, packages):
+    """Only what a load reads: ONNX Runtime's optimized model (not also the lowered one), no recipe (the
+    partition's FX module with its weights), and no AOTInductor constants for weights inside engines."""
+    manifest = pkg.open_package(packages["resnet18"]).manifest
+    (engine,) = manifest["partitions"][0]["engines"]
+    assert engine["files"] == ["engine.optimized.onnx"]
+    assert not any(name.endswith(("recipe.pt", "engine.model.onnx")) for name in manifest["files"])
+    weights = sum(p.numel() * p.element_size() for p in export_models.resnet18()[0].state_dict().values())
+    assert weights <= engine["bytes"] < 1.2 * weights  # the weights once, in the optimized model
+    assert fresh_process["resnet18"]["aoti_constants"] == []  # fully delegated: Inductor reads no weight
+
+
 def test_detector_splits_around_user_custom_op_and_atan2(fresh_process, packages):
     _assert_all_match(fresh_process["detector"])
     manifest = pkg.open_package(packages["detector"]).manifest
@@ -131,18 +171,37 @@ def test_detector_splits_around_user_custom_op_and_atan2(fresh_process, packages
     assert "export_test.shuffle.default" in left and "aten.atan2.default" in left
 
 
-def test_two_input_shapes_round_trip_and_missing_shape_error(fresh_process, packages):
+def test_two_input_shapes_one_engine_for_the_range(fresh_process, packages):
+    """The listed batches 2 and 4 make the batch dynamic over [2, 4]; the partition lowers to one graph across
+    that range, so one engine serves it: batch 3 (never listed) matches eager, batch 5 is outside and raises."""
     result = fresh_process["two_inputs"]
     _assert_all_match(result)
-    assert len(result["cases"]) == 2
+    assert [shapes for shapes, _ in result["cases"]][2:] == [[[3, 3, 16, 16], [3, 6]]]
     manifest = pkg.open_package(packages["two_inputs"]).manifest
     assert [i["dynamic_dims"] for i in manifest["inputs"]] == [[0], [0]]
-    # The documented error: which partition, which shape, which shapes exist.
+    (part,) = manifest["partitions"]
+    assert part["ranges"] == ["[2..4]x3x16x16, [2..4]x6"] and part["signatures"] == []
+    assert part["per_shape_reason"] is None
+    (ranged,) = [e for e in part["engines"] if e["kind"] == "range"]
+    assert ranged["profile"] == [[[2, 3, 16, 16], [2, 3, 16, 16], [4, 3, 16, 16]], [[2, 6], [2, 6], [4, 6]]]
+    assert result["engine_records"] == [["loaded"]]  # loaded at load time, nothing built
+    # The documented error: which partition, which shape, what exists.
     missing = result["missing"]
     assert missing and missing.startswith("EngineNotInPackage"), missing
-    assert "partition" in missing and "3x" in missing
-    for p in manifest["partitions"]:
-        assert len(p["signatures"]) == 2 and all(s in missing for s in p["signatures"])
+    assert "partition 0 (onnxruntime)" in missing and "[5x3x16x16, 5x6]" in missing
+    assert "[2..4]x3x16x16, [2..4]x6" in missing
+
+
+def test_batch_baked_into_the_graph_gives_engines_per_shape_with_the_reason(fresh_process, packages):
+    result = fresh_process["resnet18_batch"]
+    _assert_all_match(result)
+    manifest = pkg.open_package(packages["resnet18_batch"]).manifest
+    (part,) = manifest["partitions"]
+    assert part["ranges"] == [] and len(part["signatures"]) == 2
+    assert part["per_shape_reason"].startswith("shape-specific constants in the lowered graph: Reshape at node")
+    missing = result["missing"]  # batch 3: inside the declared range, but no engine holds it
+    assert missing and missing.startswith("EngineNotInPackage") and "3x3x32x32" in missing
+    assert all(s in missing for s in part["signatures"])
 
 
 def test_lidar_round_trip_with_data_dependent_sparse_ops(fresh_process, packages):

@@ -14,6 +14,7 @@ import torch
 
 from ..log import logger
 from ..capture import preserve  # noqa: F401  (defines hybrid_trt::interpolate, named below)
+from ..lowerings.context import GENERIC, ORT_CPU
 from ..lowerings.registry import _tensor_dtypes as _dtypes
 from .registry import Delegate, Engine, import_failure, register_delegate
 
@@ -89,20 +90,27 @@ class OnnxRuntimeEngine(Engine):
         self._device = device
         self._dev_type = "cuda" if device.type == "cuda" else "cpu"
         self._dev_id = device.index or 0
-        self._inputs = [(i.name, [int(d) for d in i.shape], _NUMPY[_torch_dtype(i.type)])
+        # A dim of a model for a range of shapes (engines/ranges.py) is a name (dim_param), not a number.
+        self._inputs = [(i.name, [d if isinstance(d, int) else -1 for d in i.shape], _NUMPY[_torch_dtype(i.type)])
                         for i in session.get_inputs()]
         self._outputs = [(o.name, tuple(int(s) for s in m.shape), m.dtype, _NUMPY[m.dtype])
                          for o, m in zip(session.get_outputs(), output_metas)]
+        ranged = any(not isinstance(d, int) for o in session.get_outputs() for d in o.shape)
         # On CPU, outputs come from ONNX Runtime's arena and are handed to torch through DLPack: a fresh
         # torch.empty per call for large outputs goes to the OS (mmap / heap trim) and pays page faults every
         # call, which measured up to ~1 ms per call on a 200 KB output. On CUDA torch's caching allocator is
-        # cheap, so outputs are preallocated there.
-        self._ort_outputs = device.type == "cpu" and _dlpack_outputs_supported()
+        # cheap, so outputs are preallocated there, except for a model for a range of shapes, whose output
+        # sizes ONNX Runtime computes at each run (not run on a GPU machine yet).
+        self._ort_outputs = (device.type == "cpu" or ranged) and _dlpack_outputs_supported()
+        if ranged and not self._ort_outputs:
+            raise RuntimeError("a model with dynamic output sizes needs DLPack outputs, which this onnxruntime "
+                               "lacks; engines per shape are used instead")
         # A tensor with no elements may have a null data pointer, which IO binding rejects ("buffer_ptr = 0" on
         # CUDA); no byte of it is ever read or written, so any valid pointer on the device stands in for it.
         self._empty = torch.empty(1, dtype=torch.uint8, device=device)  # owns the stand-in pointer
         self._empty_ptr = self._empty.data_ptr()
-        self._cpu_call = _cpu_call(session, self._inputs, self._outputs, self._empty_ptr) if self._ort_outputs else None
+        self._cpu_call = (_cpu_call(session, self._inputs, self._outputs, self._empty_ptr)
+                          if self._ort_outputs and device.type == "cpu" else None)
         self._run_options = None
         # CUDA: the session computes on its own stream (the CUDA provider's user_compute_stream, set at build);
         # each call is ordered against the caller's current stream by a pair of events (see _run_cuda).
@@ -144,8 +152,14 @@ class OnnxRuntimeEngine(Engine):
             binding.bind_input(name, dev, dev_id, np_dtype, t.shape, t.data_ptr() or self._empty_ptr)
         if self._ort_outputs:
             for name, _shape, _dtype, _np in self._outputs:
-                binding.bind_output(name, dev)
-            self._session.run_with_iobinding(binding)
+                binding.bind_output(name, dev, dev_id)
+            if self._stream is None:
+                self._session.run_with_iobinding(binding, self._run_options)
+            else:
+                self._run_cuda(binding)
+                if self._cold:
+                    self._cold = False
+                    self._run_cuda(binding)
             return [torch.from_dlpack(v._ortvalue) for v in binding.get_outputs()]
         outs = []
         for name, shape, dtype, np_dtype in self._outputs:
@@ -347,6 +361,9 @@ class OnnxRuntimeDelegate(Delegate):
         ort = _ort()
         return f"{ort.__version__} ({','.join(ort.get_available_providers())})"
 
+    def lowering_target(self, device: torch.device, delegate_options: Mapping[str, Any]) -> str:
+        return ORT_CPU if _provider_kind(device, delegate_options) == "cpu" else GENERIC
+
     def capture_unsafe_reason(self, device: torch.device, delegate_options: Mapping[str, Any]) -> Optional[str]:
         # The CUDA provider runs every kernel on the session's own stream (user_compute_stream), joined to the
         # caller's stream by events, with IO binding on device pointers and the end-of-run sync disabled
@@ -385,6 +402,11 @@ class OnnxRuntimeDelegate(Delegate):
         engine.serialized = None  # handed to the store once; the session does not need the bytes
         return files
 
+    def deploy_files(self, names) -> set:
+        # The optimized model is what loads (with graph optimization off); the lowered one is only its backup
+        # for a cache whose optimized form fails to load, which a package's verified environment rules out.
+        return {"optimized.onnx"} if "optimized.onnx" in names else {"model.onnx"} & set(names)
+
     def load(self, files: Mapping[str, bytes], output_metas, device, delegate_options: Mapping[str, Any]) -> Engine:
         optimized = files.get("optimized.onnx")
         if optimized is not None:
@@ -392,6 +414,8 @@ class OnnxRuntimeDelegate(Delegate):
                 session, stream = self.session(optimized, device, delegate_options, optimize=False)
                 return OnnxRuntimeEngine(session, output_metas, device, stream)
             except Exception as e:  # noqa: BLE001 - the lowered model is stored beside it
+                if "model.onnx" not in files:  # a package ships only the form that loads (deploy_files)
+                    raise
                 logger.debug("onnxruntime: stored optimized model did not load (%s); optimizing the lowered one", e)
         session, stream = self.session(files["model.onnx"], device, delegate_options)
         return OnnxRuntimeEngine(session, output_metas, device, stream)

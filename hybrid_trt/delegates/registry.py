@@ -15,6 +15,7 @@ import onnx
 import torch
 
 from ..log import logger
+from ..lowerings.context import GENERIC
 
 
 class Engine(abc.ABC):
@@ -52,6 +53,11 @@ class Delegate(abc.ABC):
         """Version of the library that builds and runs the engines (part of every engine's key)."""
         return "none"
 
+    def lowering_target(self, device: torch.device, delegate_options: Mapping[str, Any]) -> str:
+        """What runs this delegate's models on ``device``, for the lowerings whose fastest exact form depends on the
+        kernels (``hybrid_trt.lowerings.context``): GENERIC (ONNX semantics only) unless the delegate knows."""
+        return GENERIC
+
     def capture_unsafe_reason(self, device: torch.device, delegate_options: Mapping[str, Any]) -> Optional[str]:
         """None when a run of this delegate's engines on ``device`` can be captured in a CUDA graph (kernels on
         PyTorch's current stream or a stream joined to it by events, no host synchronisation, no allocation
@@ -68,6 +74,11 @@ class Delegate(abc.ABC):
         """The files ``load`` rebuilds ``engine`` from (file names: letters, digits, ``._-``). Called once, right
         after a ``build(..., keep_serialized=True)``."""
         raise NotImplementedError(f"delegate {self.name!r} cannot serialize its engines")
+
+    def deploy_files(self, names) -> set:
+        """Of the file names ``serialize`` wrote, those ``load`` needs (an exported package ships only these;
+        the engine cache keeps them all)."""
+        return set(names)
 
     def load(self, files: Mapping[str, bytes], output_metas: Sequence[torch.Tensor], device: torch.device,
              delegate_options: Mapping[str, Any]) -> Engine:

@@ -1,6 +1,9 @@
 """TensorRT: parse the partition's ONNX with TensorRT's OnnxParser, build a serialized engine per input-shape
 signature, and run it with ``execute_async_v3`` on PyTorch's current CUDA stream. Stored form: the serialized
 engine (``plan``) and the builder's timing cache (``timing.cache``); loading deserializes the plan, no build.
+A model for a range of input shapes (``engines/ranges.py``: dynamic dims as ``dim_param``, which the ONNX parser
+makes -1) is built with one optimization profile, min/opt/max from the model's metadata; its engine sets the
+input shapes of each call and sizes the outputs from the context.
 
 Written against TensorRT 10's documented Python API. TensorRT cannot be installed on the machines this project
 is developed on, so this module has not been run; it stays thin on purpose.
@@ -13,12 +16,21 @@ import onnx
 import torch
 
 from ..log import logger
+from ..engines.ranges import profile_of
 from .registry import Delegate, Engine, import_failure, register_delegate
 
 
 def _trt():
     import tensorrt
     return tensorrt
+
+
+def profile_shapes(profile: Mapping[str, tuple], network_inputs) -> list[tuple]:
+    """(input name, (min, opt, max)) for every network input, in network order; the profile must name each."""
+    missing = [n for n in network_inputs if n not in profile]
+    if missing:
+        raise RuntimeError(f"the model's optimization profile names no shapes for input(s) {missing}")
+    return [(name, tuple(tuple(int(d) for d in s) for s in profile[name])) for name in network_inputs]
 
 
 class TensorRTEngine(Engine):
@@ -32,13 +44,20 @@ class TensorRTEngine(Engine):
         self._input_names = [n for n in names if engine.get_tensor_mode(n) == trt.TensorIOMode.INPUT]
         self._output_names = [n for n in names if engine.get_tensor_mode(n) == trt.TensorIOMode.OUTPUT]
         self._outputs = [(tuple(int(s) for s in m.shape), m.dtype) for m in output_metas]
+        self._ranged = any(d < 0 for n in self._input_names for d in engine.get_tensor_shape(n))
 
     def __call__(self, inputs):
         ctx = self._context
         keep = [t.contiguous() for t in inputs]
         for name, t in zip(self._input_names, keep):
+            if self._ranged and not ctx.set_input_shape(name, tuple(t.shape)):
+                raise RuntimeError(f"TensorRT: input {name} shape {tuple(t.shape)} is outside the engine's profile")
             ctx.set_tensor_address(name, t.data_ptr())
-        outs = [torch.empty(shape, dtype=dtype, device=self._device) for shape, dtype in self._outputs]
+        if self._ranged:  # output sizes follow the input shapes just set
+            outs = [torch.empty(tuple(ctx.get_tensor_shape(name)), dtype=dtype, device=self._device)
+                    for name, (_shape, dtype) in zip(self._output_names, self._outputs)]
+        else:
+            outs = [torch.empty(shape, dtype=dtype, device=self._device) for shape, dtype in self._outputs]
         for name, out in zip(self._output_names, outs):
             ctx.set_tensor_address(name, out.data_ptr())
         if not ctx.execute_async_v3(torch.cuda.current_stream(self._device).cuda_stream):
@@ -84,6 +103,13 @@ class TensorRTDelegate(Delegate):
             raise RuntimeError(f"TensorRT could not parse the partition: {errors}")
         config = builder.create_builder_config()
         config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, delegate_options["workspace_bytes"])
+        profile = profile_of(model)
+        if profile is not None:  # a model for a range of shapes: one optimization profile over the range
+            trt_profile = builder.create_optimization_profile()
+            for name, (lo, opt, hi) in profile_shapes(profile, [network.get_input(i).name
+                                                                for i in range(network.num_inputs)]):
+                trt_profile.set_shape(name, lo, opt, hi)
+            config.add_optimization_profile(trt_profile)
         if delegate_options["precision"] == "fp16":
             config.set_flag(trt.BuilderFlag.FP16)
         elif delegate_options["precision"] == "bf16":
@@ -107,6 +133,9 @@ class TensorRTDelegate(Delegate):
         if files is None:
             raise RuntimeError("TensorRT engine was built without keep_serialized=True")
         return files
+
+    def deploy_files(self, names) -> set:
+        return {"plan"} & set(names)  # the timing cache only speeds up a rebuild
 
     def load(self, files: Mapping[str, bytes], output_metas, device, delegate_options) -> Engine:
         trt = _trt()

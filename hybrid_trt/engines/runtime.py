@@ -37,6 +37,7 @@ from ..delegates import Engine, get_delegate
 from ..log import logger
 from ..lowerings.to_onnx import lower_partition
 from ..report import EngineRecord, PartitionReport
+from . import ranges as _ranges
 from .key import engine_key, environment
 from .store import CorruptEntry, EngineStore, Entry, default_cache_dir
 
@@ -62,6 +63,10 @@ class Policy:
     strict: bool = False
     max_engines: int = 8
     deploy: bool = False  # a loaded package (export/): any lowering, engine build or Inductor fallback raises
+    # Declared finite ranges of dynamic dims, ((symbol, min, opt, max), ...): a symbolic partition that lowers
+    # to the same graph across its range gets one engine for the range (ranges.py). Given by export, which
+    # declares bounded dims; empty for torch.compile (Dynamo's dynamic dims are unbounded): engines per shape.
+    ranges: tuple = ()
 
 
 def engine_store(options) -> EngineStore:
@@ -139,8 +144,9 @@ def prepare_runtime(*, name: str, module: fx.GraphModule, delegate: str, delegat
     dtypes = [m.dtype for m in input_metas]
     env = environment(delegate, device)
     t0 = time.perf_counter()
+    target = get_delegate(delegate).lowering_target(device, delegate_options)
     with unset_fake_temporarily():  # compile-time builds run under Dynamo's fake mode; lowering needs real weights
-        model, out_metas = _lower(module, shapes, dtypes, sizes)
+        model, out_metas = _lower(module, shapes, dtypes, sizes, target)
     lower_s = time.perf_counter() - t0
     specs = [_spec(m) for m in input_metas]
     key = engine_key(model=model, input_specs=specs, delegate=delegate, delegate_options=delegate_options,
@@ -159,6 +165,8 @@ def prepare_runtime(*, name: str, module: fx.GraphModule, delegate: str, delegat
     if symbolic:
         with unset_fake_temporarily():
             runtime.store_recipe(env)
+            if policy.ranges:
+                runtime.prepare_range(input_metas, n_sizes, env)
     else:
         signature = _signature(shapes, ())
         meta = {"kind": "static", "device": str(device), "signature": signature, "input_specs": specs,
@@ -180,7 +188,8 @@ def load_runtime(key: str, store: EngineStore, device: Optional[torch.device], p
     if entry is None:
         return None
     meta = entry.meta
-    if meta.get("kind") not in ("static", "symbolic") or RECIPE not in entry.files:
+    # A package ships no recipe (deploy mode never falls back or builds): export/api.py drops it.
+    if meta.get("kind") not in ("static", "symbolic") or (RECIPE not in entry.files and not policy.deploy):
         return None
     device = torch.device(meta["device"]) if device is None else device
     env = environment(meta["delegate"], device)
@@ -230,6 +239,7 @@ class PartitionRuntime:
         self.delegate = get_delegate(delegate)
         self.delegate_options = dict(delegate_options)
         self.device = device
+        self.lowering_target = self.delegate.lowering_target(device, self.delegate_options)
         self.policy = policy
         self.report = report
         self.symbolic = symbolic
@@ -243,6 +253,8 @@ class PartitionRuntime:
         self._static_outputs: Optional[list] = None
         self._static_engine: Optional[Callable] = None
         self.capture_verdicts: dict = {}  # input signature -> why not capture-safe, or None (capture_probe.py)
+        self.ranged: list = []  # (RangePlan, store key, engine): engines that each serve a range of shapes
+        self.range_note: Optional[str] = None  # why the partition has engines per shape despite declared ranges
 
     @property
     def module(self) -> fx.GraphModule:
@@ -251,6 +263,9 @@ class PartitionRuntime:
         if self._module is None:
             try:
                 data = self._recipe()
+            except KeyError:
+                raise BuildInDeployMode(f"{self.name}: the package holds no recipe (the partition's FX module): "
+                                        "a loaded package never lowers, builds or falls back") from None
             except CorruptEntry as e:
                 raise RuntimeError(
                     f"hybrid_trt: {self.name}: the stored recipe (the partition's FX module) is damaged ({e}); the "
@@ -319,6 +334,74 @@ class PartitionRuntime:
             self.store.put(self.key, {RECIPE: self.recipe_bytes()}, meta)
             logger.debug("hybrid_trt: %s recipe stored in %.3f s", self.name, time.perf_counter() - t0)
 
+    def prepare_range(self, input_metas, n_sizes: int, env: dict) -> None:
+        """One engine for the declared range of this symbolic partition, if lowering it at several shapes of the
+        range gives one graph (ranges.py); else ``range_note`` says why, and shapes get engines of their own."""
+        t0 = time.perf_counter()
+        try:
+            placeholders = [n for n in self.module.graph.nodes if n.op == "placeholder"]
+            size_exprs = [_expr(n.meta["val"]) for n in placeholders[len(input_metas):len(input_metas) + n_sizes]]
+            out_node = next(n for n in self.module.graph.nodes if n.op == "output")
+            out_dims = [[_expr(s) for s in a.meta["val"].shape] for a in out_node.args[0]]
+            plan = _ranges.plan_range([[_expr(s) for s in m.shape] for m in input_metas], out_dims, size_exprs,
+                                      {name: (lo, opt, hi) for name, lo, opt, hi in self.policy.ranges})
+            dtypes = [m.dtype for m in input_metas]
+            models, out_metas = [], None
+            for point in [plan.point("opt")] + _ranges.sample_points(plan):
+                sizes = tuple(_ranges.evaluate(e, point) for e in size_exprs)
+                try:
+                    model, metas = _lower(self.module, plan.shapes_at(point), dtypes, sizes, self.lowering_target)
+                except DelegateBuildError as e:
+                    raise _ranges.NotRanged(f"lowering at input shapes {plan.shapes_at(point)} failed: {e}") from e
+                models.append(_ranges.generic_model(model, plan))
+                out_metas = out_metas or metas  # at opt
+            for other in models[1:]:
+                diff = _ranges.first_difference(models[0], other)
+                if diff:
+                    raise _ranges.NotRanged(diff)
+        except _ranges.NotRanged as e:
+            self.range_note = str(e)
+            logger.info("hybrid_trt: %s: engines per shape, not one for the range: %s", self.name, e)
+            return
+        lower_s = time.perf_counter() - t0
+        text = "range " + plan.text()
+        key = _digest("range", self.key, plan.to_json(), [str(d) for d in dtypes])
+        try:
+            if self.store.root is None:
+                engine = self._build_engine(models[0], out_metas, text)
+                source = "built"
+            else:
+                built: list = []
+
+                def build():
+                    built.append(self._build_engine(models[0], out_metas, text))
+                    meta = {"kind": "range", "partition": self.key, "signature": text, "range": plan.to_json(),
+                            "device": str(self.device), "outputs": _metas_json(out_metas)}
+                    return self._engine_files(built[0]), self._entry_meta(env, meta)
+
+                entry, loaded = self.store.get_or_build(key, build, expect_environment=env)
+                engine = self._load_engine(entry, out_metas) if loaded else built[0]
+                source = "loaded" if loaded else "built"
+        except BuildInDeployMode:
+            raise
+        except Exception as e:  # noqa: BLE001 - the shapes still get engines of their own
+            self.range_note = f"the engine for the range failed to build: {e}"
+            logger.warning("hybrid_trt: %s: %s; engines per shape instead", self.name, self.range_note)
+            return
+        self.ranged.append((plan, key, engine))
+        self._record(text, source, time.perf_counter() - t0, lower_s)
+
+    def load_range(self, key: str) -> None:
+        """Deploy mode: the stored engine for a range (its store ``key``, from the package's manifest)."""
+        t0 = time.perf_counter()
+        entry = self.store.get(key, lazy=not self.policy.deploy)
+        if entry is None or entry.meta.get("kind") != "range" or entry.meta.get("partition") != self.key:
+            raise CorruptEntry(f"{self.name}: no engine entry {key} for a range of this partition")
+        plan = _ranges.RangePlan.from_json(entry.meta["range"])
+        engine = self._load_engine(entry, _metas_from_json(entry.meta["outputs"]))
+        self.ranged.append((plan, key, engine))
+        self._record(entry.meta["signature"], "loaded", time.perf_counter() - t0, 0.0)
+
     def _set_static(self, engine: Engine, out_metas) -> None:
         self._static_outputs = [(tuple(int(s) for s in o.shape), o.dtype) for o in out_metas]
         self._static_engine = self._first_call_guard(engine)
@@ -376,6 +459,10 @@ class PartitionRuntime:
         """First sight of a shape of a symbolic partition: load its engine from the store, or build it."""
         shapes = [tuple(t.shape) for t in inputs]
         dtypes = [t.dtype for t in inputs]
+        for plan, _key, engine in self.ranged:  # once per new signature; then the dict serves it
+            if plan.covers(shapes):
+                self._engines[signature] = lambda ins, _sizes, engine=engine: engine(ins)
+                return engine(inputs)
         text = _signature(shapes, sizes)
         key = _digest("shape", self.key, text, [str(d) for d in dtypes])
         t0 = time.perf_counter()
@@ -412,7 +499,7 @@ class PartitionRuntime:
             return self._fallback(inputs, sizes)
         try:
             t1 = time.perf_counter()
-            model, out_metas = _lower(self.module, shapes, dtypes, tuple(sizes))
+            model, out_metas = _lower(self.module, shapes, dtypes, tuple(sizes), self.lowering_target)
             lower_s = time.perf_counter() - t1
             engine = self._build_engine(model, out_metas, text)
             outs = engine(inputs)
@@ -443,10 +530,13 @@ class PartitionRuntime:
         logger.warning("hybrid_trt: %s (%s) falls back to Inductor: %s", self.name, self.delegate.name, why)
 
     def _not_in_package(self, signature: str) -> EngineNotInPackage:
+        ranges = [plan.text() for plan, _key, _engine in self.ranged]
         return EngineNotInPackage(
             f"{self.name} ({self.delegate.name}) has no engine for input shapes [{signature}]; the package has "
-            f"engines for {list(self.deploy_signatures)}. Export the model again listing this shape "
-            "(hybrid_trt.export(..., shapes=[...]) or hybrid-trt export --shape ...)")
+            + " and ".join([f"engines for {list(self.deploy_signatures)}"] * bool(self.deploy_signatures or not ranges)
+                           + [f"an engine for each input-shape range {ranges}"] * bool(ranges))
+            + ". Export the model again listing this shape or a range that holds it "
+            "(hybrid_trt.export(..., shapes=[...], dynamic_shapes=...) or hybrid-trt export --shape ... --dynamic ...)")
 
     def _inductor_runner(self):
         if self.policy.deploy:
@@ -554,9 +644,9 @@ class _EngineFiles(Mapping):
         return isinstance(name, str) and _ENGINE_PREFIX + name in self._files
 
 
-def _lower(module, shapes, dtypes, sizes):
+def _lower(module, shapes, dtypes, sizes, target: str):
     try:
-        return lower_partition(module, shapes, dtypes, sizes)
+        return lower_partition(module, shapes, dtypes, sizes, target=target)
     except Exception as e:
         raise DelegateBuildError(f"lowering failed: {e}") from e
 
@@ -579,6 +669,11 @@ def _hint_shapes(input_metas, n_sizes: int, module: fx.GraphModule):
     placeholders = [n for n in module.graph.nodes if n.op == "placeholder"]
     sizes = tuple(_hint(n.meta["val"]) for n in placeholders[len(input_metas):len(input_metas) + n_sizes])
     return shapes, sizes
+
+
+def _expr(size):
+    """An int, or the sympy expression of a symbolic size (no guard: ``int(SymInt)`` would add one)."""
+    return size if isinstance(size, int) else size.node.expr
 
 
 def _spec(meta: torch.Tensor) -> tuple:

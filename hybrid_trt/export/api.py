@@ -27,6 +27,7 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 import torch.utils._pytree as pytree
 
+from ..engines import ranges as _ranges
 from ..log import logger
 from . import package as pkg
 from .package import PackageError
@@ -90,7 +91,7 @@ def export(model: torch.nn.Module, example_inputs, *, dynamic_shapes=None, shape
         progress("partitioning and building engines", 0, 1)
         report = new_report()
         store_root = staging / pkg.ENGINES
-        stitched, runtimes = _middle(capture, opts, report, store_root, max(len(cases), 1))
+        stitched, runtimes = _middle(capture, opts, report, store_root, max(len(cases), 1), args)
         static = [r for r in runtimes if not r.symbolic]
         symbolic = [r for r in runtimes if r.symbolic]
         total = len(static) + len(symbolic) * len(cases) + 1
@@ -134,16 +135,36 @@ def export(model: torch.nn.Module, example_inputs, *, dynamic_shapes=None, shape
         raise
 
 
-def _middle(capture, opts, report, store_root: pathlib.Path, n_shapes: int):
+def _middle(capture, opts, report, store_root: pathlib.Path, n_shapes: int, example: tuple):
     """The backend's middle passes on the exported graph, building into the package's engine store."""
     from ..backend import _hybrid_graph, _stitched
     from ..engines.runtime import Policy
     from ..engines.store import EngineStore
     store = EngineStore(store_root, _NO_EVICTION)
-    policy = Policy(strict=opts.strict, max_engines=max(opts.max_engines_per_partition, n_shapes))
+    policy = Policy(strict=opts.strict, max_engines=max(opts.max_engines_per_partition, n_shapes),
+                    ranges=dim_ranges(capture, example))
     opts = dataclasses.replace(opts, cache=True, cache_dir=str(store_root), cache_max_bytes=_NO_EVICTION)
     delegated = _hybrid_graph(capture.gm, capture.weights, len(capture.inputs), opts, report, store, policy, {})
     return _stitched(capture.gm, delegated, capture.inputs, report), [d.runtime for d in delegated]
+
+
+def dim_ranges(capture, example: tuple) -> tuple:
+    """``(symbol, min, opt, max)`` of every dynamic dimension with a finite range: the bounds torch.export
+    recorded (``dynamic_shapes``' Dims, or derived from the listed shapes), opt the user's example size (the
+    shape TensorRT tunes for), clamped into the range."""
+    ranges = capture.program.range_constraints
+    out = {}
+    for k, i in enumerate(capture.user_inputs):
+        for d, size in enumerate(capture.inputs[i].shape):
+            if isinstance(size, int) or not size.node.expr.is_Symbol:
+                continue
+            expr = size.node.expr
+            r = ranges.get(expr)
+            if r is None or not (r.lower.is_finite and r.upper.is_finite) or str(expr) in out:
+                continue
+            lo, hi = int(r.lower), int(r.upper)
+            out[str(expr)] = (str(expr), lo, min(max(int(example[k].shape[d]), lo), hi), hi)
+    return tuple(out[name] for name in sorted(out))
 
 
 class _Stitched(torch.nn.Module):
@@ -233,18 +254,27 @@ def _partition_table(report, runtimes, store_root: pathlib.Path, staging: pathli
         engines = []
         for path, meta in entries:
             if meta.get("key") == runtime.key or meta.get("partition") == runtime.key:
-                engines.append({
+                engine = {
                     "kind": meta.get("kind"),
                     "signature": meta.get("signature"),
                     "entry": path.relative_to(staging).as_posix(),
                     "files": sorted(meta.get("files", {})),
                     "bytes": sum(int(f.get("size", 0)) for f in meta.get("files", {}).values()),
-                })
+                }
+                if meta.get("kind") == "range":
+                    plan = _ranges.RangePlan.from_json(meta["range"])
+                    engine.update(store_key=meta["key"], range=plan.text(),
+                                  profile=[[list(s) for s in shapes] for shapes in plan.profile()])
+                engines.append(engine)
+        ranged = [e for e in engines if e["kind"] == "range"]
         out.append({"index": preport.index, "name": runtime.name, "delegate": runtime.delegate.name,
                     "key": runtime.key, "symbolic": runtime.symbolic, "op_count": preport.op_count,
                     "input_shapes": preport.input_shapes, "output_shapes": preport.output_shapes,
                     "delegate_options": pkg.jsonable(runtime.delegate_options),
                     "signatures": [e["signature"] for e in engines if e["kind"] in ("static", "shape")],
+                    "ranges": [e["range"] for e in ranged],
+                    "per_shape_reason": None if ranged or not runtime.symbolic else
+                    (runtime.range_note or "no dynamic dimension with a finite range"),
                     "engines": engines})
     return out
 
@@ -261,12 +291,46 @@ def _store_entries(store_root: pathlib.Path) -> list[tuple[pathlib.Path, dict]]:
 
 def _prune_store(store_root: pathlib.Path, partitions: list[dict]) -> None:
     """Entries no partition of the final graph uses (a partition that fell back after building), and the
-    store's lock files, are not shipped."""
+    store's lock files, are not shipped. Entries that are shipped keep only what a load reads
+    (``_slim_entries``)."""
     used = {e["entry"].split("/", 1)[1] for p in partitions for e in p["engines"]}
     for path, _meta in _store_entries(store_root):
         if path.relative_to(store_root).as_posix() not in used:
             shutil.rmtree(path, ignore_errors=True)
+    _slim_entries(store_root)
     shutil.rmtree(store_root / "locks", ignore_errors=True)
+    for p in partitions:  # the table's file lists and sizes follow the slimmed entries
+        for e in p["engines"]:
+            meta = json.loads((store_root.parent / e["entry"] / "meta.json").read_text())
+            e["files"] = sorted(meta["files"])
+            e["bytes"] = sum(int(f["size"]) for f in meta["files"].values())
+
+
+def _slim_entries(store_root: pathlib.Path) -> None:
+    """Each entry again with only the files a deploy-mode load reads: the engine's form that loads
+    (``Delegate.deploy_files``: ONNX Runtime's optimized model, not also the lowered one; TensorRT's plan, not
+    its timing cache) and no recipe (the partition's FX module with its weights, read only to fall back to
+    Inductor or to build a new shape, which a loaded package never does). Each of these held the partition's
+    weights once more. The engine cache keeps every form; only the package drops them."""
+    from ..delegates import get_delegate
+    from ..engines.runtime import _ENGINE_PREFIX
+    from ..engines.store import EngineStore
+    store = EngineStore(store_root, _NO_EVICTION)
+    for path, meta in _store_entries(store_root):
+        engine_names = [n[len(_ENGINE_PREFIX):] for n in meta["files"] if n.startswith(_ENGINE_PREFIX)]
+        keep = {_ENGINE_PREFIX + n for n in get_delegate(meta["delegate"]).deploy_files(engine_names)}
+        drop = sorted(set(meta["files"]) - keep)
+        if not drop:
+            continue
+        entry = store.get(meta["key"])  # verified against its checksums before it is written again
+        if entry is None:
+            raise ExportError(f"the engine entry {path} is damaged in the package being written")
+        files = {name: entry.files[name] for name in sorted(keep)}
+        shutil.rmtree(path)
+        kept_meta = {k: v for k, v in entry.meta.items() if k not in ("format", "key", "files", "created")}
+        if store.put(meta["key"], files, {**kept_meta, "package_dropped": drop}) is None:
+            raise ExportError(f"could not write the engine entry {path} of the package")
+        logger.debug("hybrid_trt: package entry %s: dropped %s (not read by a load)", meta["key"][:12], drop)
 
 
 def _manifest(capture, cases, names, opts, report, partitions, references, runtimes, rtol, atol,
@@ -502,6 +566,16 @@ def load(path, *, device=None) -> DeployedModel:
                 + (f": engines were built under another environment ({'; '.join(diffs)})" if diffs else "")
                 + ". Export the package again on a machine like this one.", "environment")
         runtime.deploy_signatures = tuple(part["signatures"])
+        for engine in part["engines"]:
+            if engine["kind"] == "range":
+                try:
+                    runtime.load_range(engine["store_key"])
+                except Exception as e:  # noqa: BLE001 - a damaged or foreign entry: the package does not load
+                    _raise_on_damage(package)
+                    raise PackageError(f"hybrid_trt package {package.source}: {part['name']} ({part['delegate']}): "
+                                       f"the engine for the range {engine['range']} does not load here "
+                                       f"({type(e).__name__}: {e}). Export the package again on a machine like "
+                                       "this one.", "environment") from e
         runtimes.append(runtime)
     try:
         aoti = _load_aoti(package.aoti_path, device.index if device.type == "cuda" and device.index is not None
