@@ -645,3 +645,146 @@ def test_as_strided_is_taken_only_where_it_reads_its_input_in_row_major_order():
     assert reason((4, 6), [3, 6], [6, 1], 6) is not None                    # another offset
     assert reason((4, 6), [2, 6], [12, 1]) is not None                      # every other row
     assert reason((4, 6), [5, 6], [6, 1]) is not None                       # past the input's elements
+
+
+# -- max pool: NaN- and inf-exact on ONNX Runtime's CPU kernels, without leaving its NCHWc layout ------------------
+def _max_pool_module(producer, kernel, stride, padding, dilation, ceil_mode):
+    graph = fx.Graph()
+    x = graph.placeholder("input_0")
+    if producer is not None:
+        x = graph.call_function(producer, (x,))
+    call = graph.call_function(aten.max_pool2d_with_indices.default, (x, kernel, stride, padding, dilation, ceil_mode))
+    graph.output((graph.call_function(operator.getitem, (call, 0)),))
+    return fx.GraphModule(torch.nn.Module(), graph)
+
+
+def _ort_cpu_session(model, optimized_path=None):
+    """A session with the onnxruntime delegate's own settings (full graph optimisation: NCHWc on x86, fusions)."""
+    from hybrid_trt.delegates import get_delegate
+    delegate = get_delegate("onnxruntime")
+    options = {"provider": "cpu", "threads": 2, "use_tf32": False}
+    return delegate.session(model.SerializeToString(), torch.device("cpu"), options, optimized_path)[0]
+
+
+def _specials(shape, value, seed):
+    """One ``value`` per (sample, channel), at a spot that walks over every spatial position as the sample index
+    grows and differs between neighbouring channels: over the batch, every window position meets it in every lane
+    of ONNX Runtime's 8/16-wide NCHWc blocks."""
+    n, c, h, w = shape
+    x = torch.randn(shape, generator=g(seed))
+    spot = (torch.arange(n)[:, None] + 7 * torch.arange(c)[None, :]) % (h * w)
+    x.view(n, c, h * w).scatter_(2, spot[:, :, None], value)
+    return x
+
+
+def _mixed(shape, p, seed):
+    """Dense NaN, +inf, -inf (p each) among values up to 1e38, so windows hold several kinds at once."""
+    x = torch.randn(shape, generator=g(seed)) * 1e38
+    r = torch.rand(shape, generator=g(seed + 1))
+    x[r < p] = float("nan")
+    x[(r >= p) & (r < 2 * p)] = float("inf")
+    x[(r >= 2 * p) & (r < 3 * p)] = -float("inf")
+    return x
+
+
+_POOLS = {"3x3s2p1": ([3, 3], [2, 2], [1, 1], [1, 1], False), "2x2s2": ([2, 2], [2, 2], [0, 0], [1, 1], False),
+          "3x3s1p1_overlap": ([3, 3], [1, 1], [1, 1], [1, 1], False),
+          "3x3s2p1_ceil": ([3, 3], [2, 2], [1, 1], [1, 1], True), "3x3s3_ceil": ([3, 3], [3, 3], [0, 0], [1, 1], True),
+          "3x2s2x1p1x0_ceil": ([3, 2], [2, 1], [1, 0], [1, 1], True),
+          "3x3s1p1_dilated": ([3, 3], [1, 1], [1, 1], [2, 2], False), "5x5s2p2_ceil": ([5, 5], [2, 2], [2, 2], [1, 1], True)}
+
+
+@pytest.mark.parametrize("pool", list(_POOLS))
+@pytest.mark.parametrize("channels", [3, 8, 16, 17, 64])
+@pytest.mark.parametrize("producer", [None, aten.relu.default], ids=["any_input", "after_relu"])
+def test_max_pool_is_nan_and_inf_exact_on_onnxruntime_cpu(pool, channels, producer):
+    """ATen's max pool returns NaN for a window holding a NaN wherever it sits, +inf over any finite value, and -inf
+    for a window of -inf only. ONNX Runtime's CPU MaxPool keeps a NaN only as the last element of its window and
+    returns -FLT_MAX for -inf windows; the ORT_CPU lowering repairs both, on every lane of the NCHWc blocks
+    (channels 16 and 64), in the plain layout (3, 17) and where only some ops go blocked (8 on AVX-512)."""
+    from hybrid_trt.lowerings.context import ORT_CPU
+    kernel, stride, padding, dilation, ceil_mode = _POOLS[pool]
+    gm = _max_pool_module(producer, kernel, stride, padding, dilation, ceil_mode)
+    h, w = 8, 13
+    inputs = [_specials((h * w, channels, h, w), v, seed) for seed, v in enumerate((float("nan"), float("inf"),
+                                                                                    -float("inf")))]
+    inputs += [_mixed((4, channels, h, w), p, 10 + k) for k, p in enumerate((0.02, 0.1, 0.3))]
+    inputs.append(torch.full((1, channels, h, w), -float("inf")))
+    for x in inputs:
+        model = lower_to_onnx(gm, [tuple(x.shape)], [x.dtype], target=ORT_CPU)
+        assert not {"IsNaN", "Where"} & {n.op_type for n in model.graph.node}, "the generic form was lowered"
+        with torch.no_grad():
+            expected = gm(x)[0]
+        actual = torch.from_numpy(_ort_cpu_session(model).run(None, {"input_0": x.numpy()})[0])
+        assert_close(actual, expected, rtol=0, atol=0, what=f"max pool {pool}, {channels} channels")
+
+
+def test_max_pool_keeps_onnxruntime_cpu_in_nchwc_layout(tmp_path):
+    """ResNet's stem (conv, relu, 3x3/2 max pool, conv): lowered for ORT_CPU, ONNX Runtime's optimized graph has the
+    same layout reorders as with a plain MaxPool: one, back to NCHW at the output. The generic form's IsNaN and
+    Cast have no NCHWc kernels, so the 1x64x112x112 activation leaves the blocked layout and comes back."""
+    import onnx
+    from hybrid_trt.lowerings.context import GENERIC, ORT_CPU
+
+    graph = fx.Graph()
+    x = graph.placeholder("input_0")
+    w1, w2 = graph.get_attr("w1"), graph.get_attr("w2")
+    y = graph.call_function(aten.convolution.default, (x, w1, None, [2, 2], [3, 3], [1, 1], False, [0, 0], 1))
+    y = graph.call_function(aten.relu.default, (y,))
+    y = graph.call_function(aten.max_pool2d_with_indices.default, (y, [3, 3], [2, 2], [1, 1]))
+    y = graph.call_function(operator.getitem, (y, 0))
+    y = graph.call_function(aten.convolution.default, (y, w2, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1))
+    graph.output((y,))
+    root = torch.nn.Module()
+    root.w1 = torch.nn.Parameter(rn(64, 3, 7, 7, seed=1) * 0.1)
+    root.w2 = torch.nn.Parameter(rn(64, 64, 3, 3, seed=2) * 0.05)
+    gm = fx.GraphModule(root, graph)
+    inp = rn(1, 3, 224, 224)
+    inp[0, :, 100:110, 50:60] = float("nan")
+
+    def reorders(target):
+        model = lower_to_onnx(gm, [tuple(inp.shape)], [inp.dtype], target=target)
+        path = str(tmp_path / f"{target}.onnx")
+        out = _ort_cpu_session(model, path).run(None, {"input_0": inp.numpy()})[0]
+        ops = [n.op_type for n in onnx.load(path).graph.node]
+        return sum(op.startswith("Reorder") for op in ops), ops, torch.from_numpy(out)
+
+    generic, generic_ops, generic_out = reorders(GENERIC)
+    if generic <= 1:
+        pytest.skip(f"no NCHWc layout pass on this CPU: {generic_ops}")
+    count, ops, out = reorders(ORT_CPU)
+    assert count == 1, ops
+    with torch.no_grad():
+        expected = gm(inp)[0]
+    assert out.isnan().any()
+    assert_close(out, expected, rtol=1e-4, atol=1e-4, what="stem, ORT_CPU")
+    assert_close(generic_out, expected, rtol=1e-4, atol=1e-4, what="stem, generic")
+
+
+def test_onnxruntime_lowers_for_its_cpu_kernels_only_on_the_cpu_provider(tmp_path):
+    """The runtime lowers with the delegate's target: the CPU provider gets the ORT_CPU max pool (the stored
+    model has the Mul, not the generic IsNaN/Where), CUDA and TensorRT providers the generic form."""
+    import onnx
+    from hybrid_trt.delegates import get_delegate
+    from hybrid_trt.lowerings.context import GENERIC, ORT_CPU
+
+    delegate = get_delegate("onnxruntime")
+    opts = {"provider": "auto", "threads": 1, "use_tf32": False}
+    assert delegate.lowering_target(torch.device("cpu"), opts) == ORT_CPU
+    assert delegate.lowering_target(torch.device("cuda"), opts) == GENERIC
+    assert delegate.lowering_target(torch.device("cuda"), {**opts, "provider": "cpu"}) == ORT_CPU
+    assert delegate.lowering_target(torch.device("cuda"), {**opts, "provider": "tensorrt"}) == GENERIC
+    assert get_delegate("tensorrt").lowering_target(torch.device("cuda"), {}) == GENERIC
+
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(3, 2, 1),
+                                torch.nn.Conv2d(16, 16, 3)).eval()
+    x = torch.randn(1, 3, 20, 20)
+    x[0, :, 4:6, 7:9] = float("nan")
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="hybrid_trt", options={"cache_dir": str(tmp_path), "min_block_size": 1})
+    with torch.no_grad():
+        assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-4, what="compiled")
+    stored = list(tmp_path.rglob("engine.model.onnx"))
+    assert stored, "no engine was stored"
+    ops = {n.op_type for f in stored for n in onnx.load(str(f)).graph.node}
+    assert "MaxPool" in ops and "Mul" in ops and "IsNaN" not in ops, ops

@@ -27,16 +27,25 @@ TORCH_TO_ONNX = {
 
 Names = Union[str, tuple]
 
+# What will run the lowered model, for the few lowerings whose fastest exact ONNX form depends on the kernels
+# (the delegate says which: Delegate.lowering_target). GENERIC relies on ONNX semantics only and is right anywhere.
+GENERIC = "generic"
+# ONNX Runtime's CPU provider: MLAS kernels (whose min/max propagate NaN through their second operand, see
+# ops/pooling.py) and its NCHWc layout pass, which keeps only some operators in the blocked layout.
+ORT_CPU = "onnxruntime-cpu"
+
 
 class LoweringContext:
     """Collects the nodes and initializers of one ONNX graph while lowerings run over an fx partition.
 
     ``values`` maps every fx node of the partition to its concrete value: a meta tensor (shape and dtype, sizes
-    already specialised to one input-shape signature) or a Python scalar for size arithmetic.
+    already specialised to one input-shape signature) or a Python scalar for size arithmetic. ``target``: GENERIC
+    or ORT_CPU, what will run the model.
     """
 
-    def __init__(self, values: dict[fx.Node, Any]):
+    def __init__(self, values: dict[fx.Node, Any], target: str = GENERIC):
         self.values = values
+        self.target = target
         self.nodes: list[onnx.NodeProto] = []
         self.initializers: list[onnx.TensorProto] = []
         self.onnx_names: dict[fx.Node, Names] = {}

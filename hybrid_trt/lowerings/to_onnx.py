@@ -10,7 +10,7 @@ import torch.fx as fx
 from onnx import helper
 
 from . import ops  # noqa: F401  (registers the built-in lowerings)
-from .context import OPSET, TORCH_TO_ONNX, LoweringContext, tensor_proto
+from .context import GENERIC, OPSET, TORCH_TO_ONNX, LoweringContext, tensor_proto
 from .registry import STANDARD_DOMAIN, lowering_for
 
 
@@ -49,17 +49,19 @@ def specialise(module: fx.GraphModule, input_shapes: Sequence, input_dtypes: Seq
 
 
 def lower_to_onnx(module: fx.GraphModule, input_shapes: Sequence, input_dtypes: Sequence,
-                  sizes: Sequence[int] = (), custom_domains: dict[str, int] | None = None) -> onnx.ModelProto:
-    return lower_partition(module, input_shapes, input_dtypes, sizes, custom_domains)[0]
+                  sizes: Sequence[int] = (), custom_domains: dict[str, int] | None = None,
+                  target: str = GENERIC) -> onnx.ModelProto:
+    return lower_partition(module, input_shapes, input_dtypes, sizes, custom_domains, target)[0]
 
 
 def lower_partition(module: fx.GraphModule, input_shapes: Sequence, input_dtypes: Sequence,
-                    sizes: Sequence[int] = (), custom_domains: dict[str, int] | None = None
-                    ) -> tuple[onnx.ModelProto, list[torch.Tensor]]:
+                    sizes: Sequence[int] = (), custom_domains: dict[str, int] | None = None,
+                    target: str = GENERIC) -> tuple[onnx.ModelProto, list[torch.Tensor]]:
     """The ONNX model of the partition for one input signature, and its output metas (shape and dtype), from
-    one specialisation pass."""
+    one specialisation pass. ``target``: what will run it (context.GENERIC or ORT_CPU; the delegate's
+    ``lowering_target``)."""
     values = specialise(module, input_shapes, input_dtypes, sizes)
-    ctx = LoweringContext(values)
+    ctx = LoweringContext(values, target)
     graph_inputs, graph_outputs = [], []
     domains = {STANDARD_DOMAIN: OPSET, **(custom_domains or {})}
     tensor_index = 0
