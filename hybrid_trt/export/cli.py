@@ -284,9 +284,13 @@ def _inspect(args) -> int:
     rows = [("#", "delegate", "ops", "kind", "engines (input shapes)", "size")]
     for p in m["partitions"]:
         size = sum(e["bytes"] for e in p["engines"])
+        shapes = list(p["signatures"]) + [f"range {r}" for r in p.get("ranges", [])]
         rows.append((str(p["index"]), p["delegate"], str(p["op_count"]), "dynamic" if p["symbolic"] else "static",
-                     "; ".join(p["signatures"]) or "-", _bytes(size)))
+                     "; ".join(shapes) or "-", _bytes(size)))
     print(_table(rows))
+    for p in m["partitions"]:
+        if p.get("per_shape_reason"):
+            print(f"partition {p['index']}: engines per shape, not one for the range: {p['per_shape_reason']}")
     files = m["files"]
     total = sum(f["size"] for f in files.values())
     aoti = files.get("model.pt2", {}).get("size", 0)
