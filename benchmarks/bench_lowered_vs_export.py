@@ -53,7 +53,9 @@ for k, rt in enumerate(runtimes):
     engine = getattr(rt._static_engine, "__self__", rt._static_engine)
     shapes = [tuple(s) for _n, s, _d in engine._inputs]
     inputs = [torch.randn(s) for s in shapes]
-    model_proto, _metas = lower_partition(rt.module, shapes, [torch.float32] * len(shapes))
+    # the target the runtime lowered for (ORT_CPU here), where the tree has one
+    target = {"target": rt.lowering_target} if hasattr(rt, "lowering_target") else {}
+    model_proto, _metas = lower_partition(rt.module, shapes, [torch.float32] * len(shapes), **target)
     path = os.path.join(out_dir, f"part{k}.onnx")
     onnx.save(model_proto, path)
     with torch.no_grad():

@@ -788,3 +788,30 @@ def test_onnxruntime_lowers_for_its_cpu_kernels_only_on_the_cpu_provider(tmp_pat
     assert stored, "no engine was stored"
     ops = {n.op_type for f in stored for n in onnx.load(str(f)).graph.node}
     assert "MaxPool" in ops and "Mul" in ops and "IsNaN" not in ops, ops
+
+
+@pytest.mark.skipif(not _cuda_provider(), reason="needs a GPU and onnxruntime-gpu")
+@pytest.mark.parametrize("producer", [None, aten.relu.default], ids=["any_input", "after_relu"])
+def test_max_pool_generic_form_is_nan_and_inf_exact_on_onnxruntime_cuda(producer):
+    """On CUDA the delegate lowers the generic form (IsNaN/Cast/MaxPool/Where): checked there on every window
+    position and lane, with -inf-only windows (ONNX Runtime's CPU MaxPool gives -FLT_MAX for those)."""
+    from hybrid_trt import Options
+    from hybrid_trt.delegates import get_delegate
+    from hybrid_trt.lowerings.context import GENERIC
+
+    delegate = get_delegate("onnxruntime")
+    device = torch.device("cuda")
+    options = delegate.options_from(Options())
+    assert delegate.lowering_target(device, options) == GENERIC
+    gm = _max_pool_module(producer, [3, 3], [2, 2], [1, 1], [1, 1], True)
+    inputs = [_specials((8 * 13, 64, 8, 13), v, seed) for seed, v in enumerate((float("nan"), float("inf"),
+                                                                                -float("inf")))]
+    inputs += [_mixed((4, 64, 8, 13), 0.1, 10), torch.full((1, 64, 8, 13), -float("inf"))]
+    for x in inputs:
+        x = x.to(device)
+        with torch.no_grad():
+            expected = gm(x)[0]  # eager CUDA
+        model = lower_to_onnx(gm, [tuple(x.shape)], [x.dtype], target=GENERIC)
+        engine = delegate.build(model, [expected], device, options)
+        actual = engine([x])[0]
+        assert_close(actual, expected, rtol=0, atol=0, what="max pool, generic form, CUDA")
