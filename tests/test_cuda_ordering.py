@@ -62,7 +62,10 @@ _CHAIN_OPTIONS = {"delegates": ["onnxruntime"], "force_inductor_ops": ["aten.sum
 
 
 def _chain_input(n, g):
-    return torch.randint(-8, 9, (n, n), device="cuda", generator=g).float()
+    """Made by a slow kernel (an exact product with the identity, milliseconds of work) on the caller's stream
+    just before the call, so a partition that starts before the caller's stream is done reads it half-made."""
+    x = torch.randint(-8, 9, (n, n), device="cuda", generator=g).float()
+    return x @ torch.eye(n, device="cuda")
 
 
 def _run_chain(fast, model, n):
@@ -189,9 +192,9 @@ def test_topk_indices_feeding_a_custom_gather_match_eager(run_on):
 
 
 def test_the_check_sees_a_missing_ordering(monkeypatch):
-    """With the stream waits removed, the same check fails: the Inductor reductions read the partition's output
-    buffer while the session's stream is still computing. (Run last: the race leaves nothing behind but wrong
-    float values.)"""
+    """With the stream waits removed, the same check fails: the session's stream starts on an input the caller's
+    stream is still computing (uncaptured runs end with a host sync on the session's stream, so the output side
+    is ordered by ONNX Runtime itself then). (Run last: the race leaves nothing behind but wrong float values.)"""
     model = MatmulChain().cuda().eval()
     n = model.w.shape[0]
     with torch.no_grad():

@@ -82,7 +82,7 @@ def _forward_ort_log(severity: int, category: str, logid: str, code_location: st
 
 class OnnxRuntimeEngine(Engine):
     __slots__ = ("_session", "_inputs", "_outputs", "_device", "_dev_type", "_dev_id", "_ort_outputs", "_cpu_call",
-                 "_run_options", "_stream", "_local", "serialized", "_empty", "_empty_ptr", "_cold")
+                 "_run_options", "_stream", "_local", "serialized", "_empty", "_empty_ptr", "_cold", "_captured")
 
     def __init__(self, session, output_metas: Sequence[torch.Tensor], device: torch.device,
                  stream: Optional["torch.cuda.Stream"] = None):
@@ -117,10 +117,11 @@ class OnnxRuntimeEngine(Engine):
         self._stream = stream
         self._local = threading.local()  # per-thread event pair: a shared pair could be re-recorded by another
         if stream is not None:           # thread between one thread's record and its wait
-            # The join event orders the caller's stream after the run, so ONNX Runtime's end-of-run host
-            # synchronisation would only stall the host at every seam (and cannot be captured in a CUDA graph).
+            # For runs a CUDA graph captures: ONNX Runtime's end-of-run synchronisation is a host sync, which a
+            # capture cannot contain. Only those runs skip it (see _run_cuda for why the others must not).
             self._run_options = _ort().RunOptions()
             self._run_options.add_run_config_entry("disable_synchronize_execution_providers", "1")
+        self._captured = None  # the input specs of a run a CUDA graph captured, if any (see __del__)
         # CUDA: the first call runs the session twice. ONNX Runtime plans a session's memory pattern in its first
         # run and allocates that pattern in the second (cuDNN's frontend also settles its plans and workspace
         # then); a run that allocates cannot be captured in a CUDA graph (cudaMalloc invalidates a thread-local
@@ -129,15 +130,27 @@ class OnnxRuntimeEngine(Engine):
         self._cold = stream is not None
 
     def __del__(self):
-        # Runs are never synchronised (no end-of-run sync, see above), so work a run enqueued, including the CUDA
-        # provider's host callback that releases its pinned staging buffers, may still be pending on the session's
-        # stream when the last reference goes. The session (and what that callback touches) must outlive it.
-        stream = getattr(self, "_stream", None)
-        if stream is not None:
-            try:
-                stream.synchronize()
-            except Exception:  # noqa: BLE001 - interpreter shutdown, or a CUDA error already reported elsewhere
-                pass
+        # A run a CUDA graph captured skipped ONNX Runtime's end-of-run clean-up, so the pinned staging buffers its
+        # kernels used (which the graph's replays read) are still queued for release on the session's stream.
+        # Released with the session, they would be freed in a CUDA host callback holding the last reference to
+        # the provider's pinned arena, whose cudaFreeHost is not permitted there (error 800: the process aborts).
+        # One synchronised run releases them while the session is alive; nothing can replay the graph any more
+        # (it held this engine).
+        captured, stream = getattr(self, "_captured", None), getattr(self, "_stream", None)
+        if captured is None or stream is None:
+            return
+        try:
+            binding = self._session.io_binding()
+            zeros = [torch.zeros(shape, dtype=dtype, device=self._device) for shape, dtype in captured]
+            for (name, _shape, np_dtype), t in zip(self._inputs, zeros):
+                binding.bind_input(name, self._dev_type, self._dev_id, np_dtype, t.shape,
+                                   t.data_ptr() or self._empty_ptr)
+            for name, *_ in self._outputs:
+                binding.bind_output(name, self._dev_type, self._dev_id)
+            with torch.cuda.stream(stream):
+                self._session.run_with_iobinding(binding)  # synchronised: runs the clean-up
+        except Exception:  # noqa: BLE001 - interpreter shutdown, or a CUDA error already reported elsewhere
+            pass
 
     def __call__(self, inputs):
         if self._cpu_call is not None:  # the CPU path, prepared at construction (see _cpu_call)
@@ -156,10 +169,10 @@ class OnnxRuntimeEngine(Engine):
             if self._stream is None:
                 self._session.run_with_iobinding(binding, self._run_options)
             else:
-                self._run_cuda(binding)
+                self._run_cuda(binding, keep)
                 if self._cold:
                     self._cold = False
-                    self._run_cuda(binding)
+                    self._run_cuda(binding, keep)
             return [torch.from_dlpack(v._ortvalue) for v in binding.get_outputs()]
         outs = []
         for name, shape, dtype, np_dtype in self._outputs:
@@ -169,13 +182,13 @@ class OnnxRuntimeEngine(Engine):
         if self._stream is None:
             self._session.run_with_iobinding(binding, self._run_options)
         else:
-            self._run_cuda(binding)
+            self._run_cuda(binding, keep)
             if self._cold:
                 self._cold = False
-                self._run_cuda(binding)
+                self._run_cuda(binding, keep)
         return outs
 
-    def _run_cuda(self, binding) -> None:
+    def _run_cuda(self, binding, inputs: list) -> None:
         """Run on the session's stream, ordered after everything already queued on the caller's current stream
         (the producers of the inputs, and earlier users of the memory the inputs and outputs now occupy), and
         with the caller's stream ordered after the run. That holds for any caller stream, default or one set with
@@ -184,8 +197,9 @@ class OnnxRuntimeEngine(Engine):
         Memory stays safe without ``record_stream``: every tensor the run touches was allocated on the caller's
         stream before the fork event, and the caller's stream waits for the join event before this returns, so
         whatever reuses those blocks later (on the caller's stream, the only one the caching allocator hands them
-        to) comes after the run. Event record and stream waits only, no host synchronisation: the pattern
-        ``torch.cuda.graph`` capture accepts (the session stream joins the capture through the fork event)."""
+        to) comes after the run. Under capture: event record and stream waits only, no host synchronisation, the
+        pattern ``torch.cuda.graph`` capture accepts (the session stream joins the capture through the fork
+        event); ``inputs``: the bound input tensors, whose specs a captured run records (see __del__)."""
         events = getattr(self._local, "events", None)
         if events is None:
             events = self._local.events = (torch.cuda.Event(), torch.cuda.Event())
@@ -193,7 +207,16 @@ class OnnxRuntimeEngine(Engine):
         caller = torch.cuda.current_stream(self._device)
         fork.record(caller)
         self._stream.wait_event(fork)
-        self._session.run_with_iobinding(binding, self._run_options)
+        # ONNX Runtime releases a run's pinned staging buffers (CPU-side inputs of Concat, Resize, TopK... kernels)
+        # only in its end-of-run synchronisation. A run without it leaves them queued until the session is
+        # released: pinned memory grows with every call, and the release then aborts the process (see __del__).
+        # So only a run that a CUDA graph captures, where a host sync is impossible, skips it; every other run
+        # ends with a host sync on the session's stream.
+        if torch.cuda.is_current_stream_capturing():
+            self._captured = [(tuple(t.shape), t.dtype) for t in inputs]
+            self._session.run_with_iobinding(binding, self._run_options)
+        else:
+            self._session.run_with_iobinding(binding)
         join.record(self._stream)
         caller.wait_event(join)
 
