@@ -61,7 +61,7 @@ def test_warm_start_reads_neither_recipe_nor_lowered_model_and_rebuilds_a_corrup
     for path in recipes + lowered:  # damaged, same size: a warm start that checksummed them would rebuild
         path.write_bytes(bytes(b ^ 0xFF for b in path.read_bytes()))
     warm = run_child(tmp_path, "hybrid_trt", "transformer")
-    assert warm["matches"] and warm["from_inductor_cache"] == [True], warm["tables"]
+    assert warm["matches"] and warm["from_graph_manifest"] == [True], warm["tables"]
     assert {s for p in warm["partitions"] for s in p["engines"]} == {"loaded"}, warm["tables"]
 
     for path in _files(tmp_path, "engine.optimized.onnx"):  # the file a load does read
