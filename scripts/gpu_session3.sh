@@ -30,6 +30,21 @@ case ${1:-verify} in
     grep -hE "summary|FAILED|not run" $L/*.md | cut -c1-300
     tar czf $OUT/s3_verify.tgz -C $OUT s3
     ;;
+  verify2)  # after the end-of-run sync fix: the R50-FPN detectors, the CUDA-graph tests, CUDA lowering, ranges
+    r50="tv_retinanet_resnet50_fpn,tv_fcos_resnet50_fpn,tv_fasterrcnn_resnet50_fpn,tv_maskrcnn_resnet50_fpn"
+    conf float16 "$r50" v2_r50_16 6.5 150; conf float32 "$r50" v2_r50_32 6.5 150
+    ( timeout 400 python3 -m pytest -v -p xdist -n 3 -p no:cacheprovider --timeout=380 tests/test_cuda_graphs.py \
+        tests/test_capture_probe.py tests/test_cuda_ordering.py tests/test_delegates.py
+      timeout 120 python3 -m pytest -q -p no:cacheprovider tests/test_lowerings.py -k \
+        "generic_form_is_nan_and_inf_exact_on_onnxruntime_cuda"
+      timeout 60 python3 scripts/gpu_range_check.py
+    ) > $L/graphs2.log 2>&1 &
+    wait
+    grep -E "^(FAILED|ERROR)|passed|failed|RANGE|Fatal|Aborted" $L/graphs2.log | tail -25
+    grep -hE "summary|FAILED|not run" $L/v2_*.md | cut -c1-300
+    grep -lh "terminate called\|CUDA failure" -r $L/logs/v2_* 2>/dev/null | head
+    tar czf $OUT/s3_verify2.tgz -C $OUT s3/graphs2.log s3/v2_r50_16.md s3/v2_r50_32.md s3/logs/v2_r50_16 s3/logs/v2_r50_32
+    ;;
   cg-new)  # the models and the LiDAR example not measured yet, fp16 batch 1
     timeout 420 python3 benchmarks/bench_cudagraphs.py --models efficientnet_b0,convnext_tiny --configs fp16:1 \
       --budget-s ${2:-330} --grace-s 40 --out $L/cudagraphs_h200_new.md > $L/cg_new.log 2>&1
