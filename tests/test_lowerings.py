@@ -794,15 +794,26 @@ def test_onnxruntime_lowers_for_its_cpu_kernels_only_on_the_cpu_provider(tmp_pat
 @pytest.mark.parametrize("producer", [None, aten.relu.default], ids=["any_input", "after_relu"])
 def test_max_pool_generic_form_is_nan_and_inf_exact_on_onnxruntime_cuda(producer):
     """On CUDA the delegate lowers the generic form (IsNaN/Cast/MaxPool/Where): checked there on every window
-    position and lane, with -inf-only windows (ONNX Runtime's CPU MaxPool gives -FLT_MAX for those)."""
+    position and lane, with -inf-only windows (ONNX Runtime's MaxPool gives -FLT_MAX for those, on CUDA too)."""
+    _check_generic_max_pool(torch.device("cuda"), producer)
+
+
+@pytest.mark.parametrize("producer", [None, aten.relu.default], ids=["any_input", "after_relu"])
+def test_max_pool_generic_form_is_nan_and_inf_exact_on_onnxruntime_cpu(producer):
+    """The generic form (what CUDA and TensorRT get) run by the CPU provider, whose MaxPool shares the -inf bug:
+    the -inf repair is checked here without a GPU."""
+    _check_generic_max_pool(torch.device("cpu"), producer)
+
+
+def _check_generic_max_pool(device, producer):
     from hybrid_trt import Options
     from hybrid_trt.delegates import get_delegate
     from hybrid_trt.lowerings.context import GENERIC
 
     delegate = get_delegate("onnxruntime")
-    device = torch.device("cuda")
     options = delegate.options_from(Options())
-    assert delegate.lowering_target(device, options) == GENERIC
+    if device.type == "cuda":
+        assert delegate.lowering_target(device, options) == GENERIC
     gm = _max_pool_module(producer, [3, 3], [2, 2], [1, 1], [1, 1], True)
     inputs = [_specials((8 * 13, 64, 8, 13), v, seed) for seed, v in enumerate((float("nan"), float("inf"),
                                                                                 -float("inf")))]
@@ -814,4 +825,4 @@ def test_max_pool_generic_form_is_nan_and_inf_exact_on_onnxruntime_cuda(producer
         model = lower_to_onnx(gm, [tuple(x.shape)], [x.dtype], target=GENERIC)
         engine = delegate.build(model, [expected], device, options)
         actual = engine([x])[0]
-        assert_close(actual, expected, rtol=0, atol=0, what="max pool, generic form, CUDA")
+        assert_close(actual, expected, rtol=0, atol=0, what=f"max pool, generic form, {device.type}")
