@@ -45,6 +45,16 @@ case ${1:-verify} in
     grep -lh "terminate called\|CUDA failure" -r $L/logs/v2_* 2>/dev/null | head
     tar czf $OUT/s3_verify2.tgz -C $OUT s3/graphs2.log s3/v2_r50_16.md s3/v2_r50_32.md s3/logs/v2_r50_16 s3/logs/v2_r50_32
     ;;
+  final)  # after the sync fix and the -inf repair: LiDAR end to end vs spconv, CUDA max-pool lowering, ranges
+    export PYTHONPATH=/tmp/spsite:$PYTHONPATH
+    timeout 40 python3 -m pytest -q -p no:cacheprovider tests/test_lowerings.py -k "generic_form" > $L/final_tests.log 2>&1
+    tail -2 $L/final_tests.log
+    timeout 100 python3 scripts/gpu_range_check.py > $L/range.log 2>&1; echo "range rc=$?"; grep RANGE $L/range.log
+    timeout 120 python3 benchmarks/bench_sparse.py --e2e-spconv --runs 2 --out $L/sparse_e2e_final.md \
+      > $L/sparse_e2e_final.log 2>&1; echo "e2e rc=$?"
+    tail -8 $L/sparse_e2e_final.md; grep -c "terminate called" $L/sparse_e2e_final.log
+    tar czf $OUT/s3_final.tgz -C $OUT s3/final_tests.log s3/range.log s3/sparse_e2e_final.md s3/sparse_e2e_final.log
+    ;;
   cg-new)  # the models and the LiDAR example not measured yet, fp16 batch 1
     timeout 420 python3 benchmarks/bench_cudagraphs.py --models efficientnet_b0,convnext_tiny --configs fp16:1 \
       --budget-s ${2:-330} --grace-s 40 --out $L/cudagraphs_h200_new.md > $L/cg_new.log 2>&1
