@@ -7,6 +7,8 @@ dtypes (symbolic ones included), so Inductor compiles the rest of the graph with
 """
 from __future__ import annotations
 
+import threading
+
 import torch
 
 from .runtime import REGISTRY
@@ -17,13 +19,40 @@ _LIB.define("delegate(str key, Tensor[] inputs, SymInt[] sizes) -> Tensor[]")
 _LIVE = REGISTRY.live
 
 
+class _Caller(threading.local):
+    armed = False  # inside run_surfacing_failures on this thread
+    error = None
+
+
+_AOT_CALLER = _Caller()
+
+
 def _run(key, inputs, sizes):
     # Hot path: one dict lookup; the store is consulted only when the key is not live in this process.
-    runtime = _LIVE.get(key)
-    if runtime is None:
-        runtime = REGISTRY.resolve(key)
-    # AOTInductor's proxy executor (an exported package) passes an empty SymInt[] as None.
-    return runtime.run(inputs, sizes if sizes is not None else ())
+    try:
+        runtime = _LIVE.get(key)
+        if runtime is None:
+            runtime = REGISTRY.resolve(key)
+        # AOTInductor's proxy executor (an exported package) passes an empty SymInt[] as None.
+        return runtime.run(inputs, sizes if sizes is not None else ())
+    except Exception as e:
+        if _AOT_CALLER.armed:
+            _AOT_CALLER.error = e
+        raise
+
+
+def run_surfacing_failures(fn, *args):
+    """``fn(*args)`` (an AOTInductor model runner), raising any exception a delegate call raised inside it. The
+    runner reaches this op through C++; torch 2.11's CUDA runner only logged such an exception ("Exception in
+    aoti_torch: EngineNotInPackage ...", seen on the H200) and returned outputs that were never computed."""
+    _AOT_CALLER.armed, _AOT_CALLER.error = True, None
+    try:
+        out = fn(*args)
+    finally:
+        error, _AOT_CALLER.armed, _AOT_CALLER.error = _AOT_CALLER.error, False, None
+    if error is not None:
+        raise error
+    return out
 
 
 def _fake(key, inputs, sizes):

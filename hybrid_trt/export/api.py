@@ -28,6 +28,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from ..engines import ranges as _ranges
+from ..engines.op import run_surfacing_failures
 from ..log import logger
 from . import package as pkg
 from .package import PackageError
@@ -500,7 +501,7 @@ class DeployedModel:
         if self._static and tuple(tuple(t.shape) for t in inputs) not in self._listed:
             raise self._missing_shape(inputs)
         try:
-            flat = self._aoti(*inputs)
+            flat = run_surfacing_failures(self._aoti, *inputs)
         except RuntimeError as e:
             deploy = _deploy_error(e)
             if deploy is not None:
