@@ -23,8 +23,7 @@ from .partitioner import partition_graph
 from .partitioner.capability import NodeKind, classify, op_name
 from .partitioner.extract import extract
 from .report import CompileReport, InductorOp, PartitionReport, new_report
-from .engines.graph import (GraphCache, graph_header, graph_key_from, open_graph, source_hashes_in_background,
-                            stored_as_direct)
+from .engines.graph import GraphCache, graph_key, open_graph, source_hashes_in_background
 from .engines.runtime import DelegateBuildError, PartitionRuntime, Policy, engine_store, prepare_runtime
 from .guards import record_baked_weights
 from .stitch import direct as _direct
@@ -119,12 +118,8 @@ def hybrid_trt_backend(gm: fx.GraphModule, example_inputs, options=None, mode=No
     else:
         with source_hashes_in_background() as start_hashing:  # Inductor's cache key needs them
             t0 = time.perf_counter()
-            # They overlap with the weights' hash and the engine loads, unless this graph was called directly
-            # last time (a warm start of such a graph needs no Inductor at all).
-            header = graph_header(gm, example_inputs, opts)
-            if opts.cuda_graphs or not stored_as_direct(store, header):
-                start_hashing()
-            graph = open_graph(store, graph_key_from(header, gm, weights), policy, before_loads=lambda
+            # They overlap with the engine loads unless the stored graph is called directly (no Inductor at all).
+            graph = open_graph(store, graph_key(gm, example_inputs, weights, opts), policy, before_loads=lambda
                                stored: None if _stored_direct(stored, opts) else start_hashing())
             logger.debug("hybrid_trt: graph %d key and stored engines in %.3f s", report.graph_index,
                          time.perf_counter() - t0)
@@ -138,7 +133,7 @@ def hybrid_trt_backend(gm: fx.GraphModule, example_inputs, options=None, mode=No
             with torch.compiler.config.patch(cache_key_tag=graph.tag):
                 compiled = compile_inductor()
         if ran:
-            graph.save(report, runtimes, _per_call_json(per_call), header)  # what the compiled graph calls
+            graph.save(report, runtimes, _per_call_json(per_call))  # record what the compiled graph calls
         elif graph.complete:
             graph.fill_report(report, inductor_cache=True)  # served by Inductor's cache
             runtimes.extend(graph.runtimes.values())

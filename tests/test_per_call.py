@@ -234,17 +234,3 @@ def test_warm_start_restores_the_direct_call_and_the_baked_weights(tmp_path):
     assert not warm["aot_cache"] and not warm["fx_cache"], warm  # Inductor's caches were never looked up
     assert cold["per_call"] == warm["per_call"] == ["direct"], (cold["per_call"], warm["per_call"])
     assert warm["delegate_calls"] > 0
-
-
-@pytest.mark.parametrize("cls", [ConvNet, SplitAtAtan2])
-def test_the_compile_leaves_a_hint_whether_its_graph_is_called_directly(cls, tmp_path):
-    """Read before the weights are hashed on the next start (engines/graph.py, stored_as_direct): a graph called
-    directly does not start hashing torch's sources, which only Inductor's cache lookup needs."""
-    import json
-    torch.manual_seed(0)
-    model, x = cls().eval(), torch.randn(2, 3, 16, 16)
-    with torch.no_grad():
-        compiled = _compile(model, cache_dir=str(tmp_path))
-        assert_close(compiled(x), model(x))
-    hints = [json.loads(p.read_text()) for p in tmp_path.rglob("hint.json")]
-    assert hints == [{"direct": cls is ConvNet}], hints

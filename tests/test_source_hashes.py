@@ -22,7 +22,7 @@ from torch._inductor import codecache
 from examples.models import build
 
 hashes, keys = [], []
-original_build, original_graph_header = codecache.build_code_hash, backend.graph_header
+original_build, original_graph_key = codecache.build_code_hash, backend.graph_key
 
 def recording_build(roots, prefix, hasher):  # torch_key's walk over torch's sources (recursive: top call only)
     top = prefix == ""
@@ -35,9 +35,9 @@ def recording_build(roots, prefix, hasher):  # torch_key's walk over torch's sou
 
 def recording_graph_key(*args, **kwargs):
     keys.append({"start": time.perf_counter()})
-    return original_graph_header(*args, **kwargs)
+    return original_graph_key(*args, **kwargs)
 
-codecache.build_code_hash, backend.graph_header = recording_build, recording_graph_key
+codecache.build_code_hash, backend.graph_key = recording_build, recording_graph_key
 torch.manual_seed(0)
 model, x = build(sys.argv[3], small=True)
 with torch.no_grad():

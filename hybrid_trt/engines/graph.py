@@ -44,12 +44,6 @@ _FORMAT = 2  # 2: per_call (the backend's direct-call plan and baked weights)
 
 def graph_key(gm: fx.GraphModule, example_inputs, weights: dict, options) -> str:
     """Hash of everything that decides the hybrid compile of ``gm`` (see the module doc)."""
-    return graph_key_from(graph_header(gm, example_inputs, options), gm, weights)
-
-
-def graph_header(gm: fx.GraphModule, example_inputs, options) -> str:
-    """The part of the graph key without the weights: cheap (no tensor bytes), and shared by every checkpoint of
-    one model, so it can name a hint that is read before the weights are hashed (``stored_as_direct``)."""
     from .. import __version__
     from ..lowerings.registry import registered_targets
     device = next((x.device for x in example_inputs if isinstance(x, torch.Tensor)), torch.device("cpu"))
@@ -62,11 +56,7 @@ def graph_header(gm: fx.GraphModule, example_inputs, options) -> str:
         "lowerings": sorted(str(t) for t in registered_targets()), "source": package_source_hash(),
         "environments": {name: environment(name, device) for name in options.resolved_delegates()},
     }
-    return hashlib.sha256(json.dumps(header, sort_keys=True, default=str).encode()).hexdigest()
-
-
-def graph_key_from(header: str, gm: fx.GraphModule, weights: dict) -> str:
-    h = hashlib.sha256(header.encode())
+    h = hashlib.sha256(json.dumps(header, sort_keys=True, default=str).encode())
     tensors = [(f"input {i}", weights[i]) for i in sorted(weights)]
     tensors += [(n.target, getattr(gm, n.target)) for n in gm.graph.nodes if n.op == "get_attr"]
     for name, t in tensors:
@@ -74,24 +64,6 @@ def graph_key_from(header: str, gm: fx.GraphModule, weights: dict) -> str:
             h.update(f"{name} {_spec(t)}".encode())
             h.update(_tensor_bytes(t))
     return h.hexdigest()
-
-
-def stored_as_direct(store: EngineStore, header: str) -> bool:
-    """Whether the last compile stored under ``header`` was a graph of delegate calls alone, called directly (a
-    hint: a warm start of such a graph never consults Inductor, so the backend does not start hashing torch's
-    sources for it). A wrong hint costs time only: the full key decides what is served."""
-    entry = store.get(_hint_key(header))
-    try:
-        return entry is not None and bool(json.loads(entry.files[_HINT])["direct"])
-    except (KeyError, ValueError, TypeError):
-        return False
-
-
-def _hint_key(header: str) -> str:
-    return f"graph-hint-{header}"
-
-
-_HINT = "hint.json"
 
 
 @functools.lru_cache(maxsize=1)
@@ -147,8 +119,7 @@ class GraphCache:
         report.from_graph_manifest = True
         report.from_inductor_cache = inductor_cache
 
-    def save(self, report: CompileReport, runtimes: list, per_call: Optional[dict] = None,
-             header: Optional[str] = None) -> None:
+    def save(self, report: CompileReport, runtimes: list, per_call: Optional[dict] = None) -> None:
         keys = {id(rt.report): rt for rt in runtimes}
         rows = []
         for p in report.partitions:
@@ -162,9 +133,6 @@ class GraphCache:
                     "inductor_ops": [dataclasses.astuple(op) for op in report.inductor_ops],
                     "per_call": per_call or {}}
         self.store.put(_entry_key(self.key), {MANIFEST: json.dumps(manifest).encode()}, {"kind": "graph"})
-        if header is not None:
-            direct = bool((per_call or {}).get("direct"))
-            self.store.put(_hint_key(header), {_HINT: json.dumps({"direct": direct}).encode()}, {"kind": "hint"})
 
 
 def open_graph(store: EngineStore, key: str, policy: Policy,
