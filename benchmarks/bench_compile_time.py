@@ -89,7 +89,8 @@ def child(name: str, backend: str, iters: int) -> None:
         result.update(built=sum(e.source == "built" for e in engines), loaded=sum(e.source == "loaded" for e in engines),
                       engine_s=sum(e.seconds for e in engines),
                       from_inductor_cache=all(r.from_inductor_cache for r in reports),
-                      direct_from_manifest=all(r.from_graph_manifest and r.per_call == "direct" for r in reports))
+                      direct_from_manifest=all(getattr(r, "from_graph_manifest", False) and r.per_call == "direct"
+                                               for r in reports))
     print("RESULT " + json.dumps(result))
 
 
