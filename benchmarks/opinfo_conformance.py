@@ -254,10 +254,12 @@ def _delegate_graph(gm: fx.GraphModule, tensors, result: SampleResult) -> None:
         sizes = [values[n] for n in ex.size_inputs]
         stage = "lowering"
         try:
+            options = _delegate_options(delegate, opts)
+            # Lowered for what runs it, as the runtime does (the CPU provider gets its own max-pool form)
             model, metas = lower_partition(ex.module, [tuple(t.shape) for t in inputs], [t.dtype for t in inputs],
-                                           sizes)
+                                           sizes, target=delegate.lowering_target(torch.device("cpu"), options))
             stage = "build"
-            engine = delegate.build(model, metas, torch.device("cpu"), _delegate_options(delegate, opts))
+            engine = delegate.build(model, metas, torch.device("cpu"), options)
             stage = "first call"
             outs = engine(inputs)
         except Exception as e:  # noqa: BLE001 - the backend would fall back here: the check accepted too much
