@@ -113,3 +113,107 @@ def test_tensorrt_profile_shapes_follow_the_network_inputs():
         ("input_0", ((1, 3, 16), (4, 3, 16), (8, 3, 16))), ("input_1", ((1, 6), (4, 6), (8, 6)))]
     with pytest.raises(RuntimeError, match=r"no shapes for input\(s\) \['input_2'\]"):
         profile_shapes(profile, ["input_0", "input_2"])
+
+
+class _Views(torch.nn.Module):
+    """The view family and expand on a dynamic batch: each target is a copied dim (0), constants, and at most
+    one inferred dim (-1), or (expand) a broadcast that keeps the input's dim (1)."""
+
+    def forward(self, x):  # x: (B, 2, 3)
+        b = x.shape[0]
+        return (x.flatten(1),  # (B, 6): [0, 6]
+                x.reshape(-1),  # (6B,): [-1]
+                x.unsqueeze(0),  # (1, B, 2, 3): [1, -1, 2, 3]
+                x.transpose(0, 1).reshape(2, -1),  # (2, 3B): [2, -1]
+                x.view(b * 2, 3),  # the batch mixed into a dim: [-1, 3]
+                x[:, :1].expand(-1, 4, 3))  # Expand: [1, 4, 3]
+
+
+class _TwoInferred(torch.nn.Module):
+    """(1, 1, B, B) squeezed to (B, B): neither batch dim is at its input's position and only one can be -1,
+    so no constant Reshape target serves every batch."""
+
+    def forward(self, x):  # x: (B, 2)
+        square = x[:, :1] * x[:, 1].unsqueeze(0)  # (B, B)
+        return (torch.squeeze(square[None, None] * 2, (0, 1)),)
+
+
+def _exported_partition(model, example, batch):
+    """The model as the export front end captures it, with its size computations as size placeholders (what
+    partitioner.extract gives a delegate), and each size placeholder's expression."""
+    from hybrid_trt.capture.exported import capture_export
+    gm = capture_export(model, (example,), dynamic_shapes=({0: batch},)).gm
+    graph = gm.graph
+    first = next(n for n in graph.nodes if n.op != "placeholder")
+    sizes = [n for n in graph.nodes if n.op == "call_function" and isinstance(n.meta.get("val"), torch.SymInt)
+             and any(isinstance(u.meta.get("val"), torch.Tensor) for u in n.users)]
+    exprs = []
+    for i, node in enumerate(sizes):
+        with graph.inserting_before(first):
+            placeholder = graph.placeholder(f"size_{i}")
+        placeholder.meta["val"] = node.meta["val"]
+        node.replace_all_uses_with(placeholder)
+        exprs.append(node.meta["val"].node.expr)
+    graph.eliminate_dead_code()
+    gm.recompile()
+    return gm, exprs
+
+
+def _reshape_targets(model):
+    inits = {t.name: onnx.numpy_helper.to_array(t).tolist() for t in model.graph.initializer}
+    return [(n.op_type, inits[n.input[1]]) for n in model.graph.node if n.op_type in ("Reshape", "Expand")]
+
+
+def _lower_at(gm, exprs, shape, target=None):
+    symbol = next(iter(exprs[0].free_symbols)) if exprs else None
+    sizes = tuple(ranges.evaluate(e, {str(symbol): shape[0]}) for e in exprs)
+    return lower_partition(gm, [shape], [torch.float32], sizes)[0]
+
+
+def test_view_family_targets_are_shape_generic_on_a_dynamic_batch():
+    """Lowered at batches 2 and 7 (the lowering runs at concrete shapes), every Reshape/Expand target is the
+    same: the traced symbolic sizes say which dims are copies of the input's and which one is inferred. One
+    ONNX Runtime session over the dim_param model then matches eager at every batch of the range."""
+    model = _Views()
+    gm, exprs = _exported_partition(model, torch.randn(4, 2, 3), torch.export.Dim("batch", min=1, max=8))
+    a, b = (_lower_at(gm, exprs, (batch, 2, 3)) for batch in (2, 7))
+    assert _reshape_targets(a) == _reshape_targets(b) == [
+        ("Reshape", [0, 6]), ("Reshape", [-1]), ("Reshape", [1, -1, 2, 3]), ("Reshape", [2, -1]),
+        ("Reshape", [-1, 3]), ("Expand", [1, 4, 3])]
+    assert all(not n.attribute for n in a.graph.node if n.op_type == "Reshape")  # allowzero 0: 0 copies
+    (x,) = [n for n in gm.graph.nodes if n.op == "placeholder" and isinstance(n.meta["val"], torch.Tensor)]
+    batch = x.meta["val"].shape[0].node.expr
+    out = next(n for n in gm.graph.nodes if n.op == "output").args[0]
+    out_dims = [[s.node.expr if isinstance(s, torch.SymInt) else s for s in o.meta["val"].shape] for o in out]
+    plan = ranges.plan_range([[batch, 2, 3]], out_dims, exprs, {str(batch): (1, 4, 8)})
+    generic = [ranges.generic_model(m, plan) for m in (a, b)]
+    assert ranges.first_difference(*generic) is None
+    ort = get_delegate("onnxruntime")
+    options = ort.options_from(__import__("hybrid_trt").make_options({"num_threads": 1}))
+    engine = ort.build(generic[0], [o.meta["val"] for o in out], torch.device("cpu"), options)
+    for size in (1, 3, 8):
+        x = torch.randn(size, 2, 3)
+        for got, expected in zip(engine([x]), model(x), strict=True):
+            torch.testing.assert_close(got, expected)
+
+
+def test_static_trace_keeps_concrete_targets():
+    """Without symbolic sizes the lowering is exactly the per-shape one: every target holds the numbers."""
+    gm, exprs = _exported_partition_static(_Views(), torch.randn(4, 2, 3))
+    assert exprs == []
+    assert _reshape_targets(lower_partition(gm, [(4, 2, 3)], [torch.float32])[0]) == [
+        ("Reshape", [4, 6]), ("Reshape", [24]), ("Reshape", [1, 4, 2, 3]), ("Reshape", [2, 12]),
+        ("Reshape", [8, 3]), ("Expand", [4, 4, 3])]
+
+
+def _exported_partition_static(model, example):
+    from hybrid_trt.capture.exported import capture_export
+    return capture_export(model, (example,)).gm, []
+
+
+def test_two_batch_dims_no_constant_target_expresses_are_named():
+    gm, exprs = _exported_partition(_TwoInferred(), torch.randn(4, 2), torch.export.Dim("batch", min=2, max=8))
+    a, b = (_lower_at(gm, exprs, (batch, 2)) for batch in (2, 7))
+    plan = ranges.plan_range([[S, 2]], [[S, S]], [], {"s0": (2, 4, 8)})
+    why = ranges.first_difference(ranges.generic_model(a, plan), ranges.generic_model(b, plan))
+    assert why is not None and why.startswith("shape-specific constants in the lowered graph: Reshape at node")

@@ -1,11 +1,11 @@
-"""Data movement: view family (as Reshape to the concrete output shape), permute, expand, slice/select, cat,
-split/unbind, pad, repeat."""
+"""Data movement: view family (as Reshape to the output shape, shape-generic where traced symbolic), permute,
+expand, slice/select, cat, split/unbind, pad, repeat."""
 from __future__ import annotations
 
 import torch
 
 from ..registry import ANY, lowering
-from ._util import dims, reshape
+from ._util import dims, generic_expand_target, generic_reshape_target, reshape
 
 aten = torch.ops.aten
 
@@ -16,7 +16,11 @@ INT64_MAX = 2**63 - 1
           aten.squeeze.dims, aten.squeeze.default, aten.unsqueeze.default, aten.flatten.using_ints,
           dtypes=ANY)
 def lower_reshape(ctx, node):
-    # Shapes are concrete per engine, so every member of the view family is one Reshape to the output shape.
+    # Every member of the view family is one Reshape to the output shape: concrete, or, where the partition was
+    # traced with symbolic sizes, the same target at every size of its range (_util.generic_reshape_target).
+    generic = generic_reshape_target(ctx, node)
+    if generic is not None:
+        return ctx.op("Reshape", ctx.input(node.args[0]), ctx.ints(generic))
     return reshape(ctx, ctx.input(node.args[0]), ctx.shape(node))
 
 
@@ -42,7 +46,8 @@ def lower_transpose(ctx, node):
 
 @lowering(aten.expand.default, dtypes=ANY)
 def lower_expand(ctx, node):
-    return ctx.op("Expand", ctx.input(node.args[0]), ctx.ints(ctx.shape(node)))
+    target = generic_expand_target(ctx, node)
+    return ctx.op("Expand", ctx.input(node.args[0]), ctx.ints(ctx.shape(node) if target is None else target))
 
 
 @lowering(aten.repeat.default, dtypes=ANY)
