@@ -90,3 +90,25 @@ def lidar():
     from examples import lidar_detector
     model = lidar_detector.build_model("small")
     return model, lidar_detector.make_inputs("small")
+
+
+class ClassToken(nn.Module):
+    """A ViT-style head: patch embedding, a learned class token broadcast to the batch and prepended, a linear
+    layer on the class token. The token's Expand makes a size-1 dim the batch, a size no constant target
+    expresses, so a dynamic batch keeps engines per shape."""
+
+    def __init__(self, dim=16):
+        super().__init__()
+        self.patch = nn.Conv2d(3, dim, 4, stride=4)
+        self.token = nn.Parameter(torch.randn(1, 1, dim))
+        self.head = nn.Linear(dim, 10)
+
+    def forward(self, x):
+        patches = self.patch(x).flatten(2).transpose(1, 2)
+        tokens = torch.cat([self.token.expand(x.shape[0], -1, -1), patches], dim=1)
+        return self.head(torch.relu(tokens).mean(dim=1))
+
+
+def class_token():
+    torch.manual_seed(0)
+    return ClassToken().eval(), (torch.randn(2, 3, 16, 16),)

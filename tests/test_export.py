@@ -40,13 +40,15 @@ def packages(tmp_path_factory):
             n = torch.export.Dim("voxels", min=16, max=200000)
             dynamic = ({0: n}, {0: n})
         paths[name] = hybrid_trt.export(model, example, dynamic_shapes=dynamic, path=out / name)
-    # A dynamic batch range over a graph whose lowering bakes the batch (the flatten's Reshape target): engines
-    # per listed shape, with the reason in the manifest.
-    model, example = export_models.resnet18()
+    # A dynamic batch range: ResNet-18's flatten lowers to a shape-generic Reshape (the batch copied), so one
+    # engine serves the range; the class token's Expand broadcasts a size-1 dim to the batch, which no constant
+    # target expresses, so that model keeps engines per listed shape, with the reason in the manifest.
     batch = torch.export.Dim("batch", min=1, max=8)
-    paths["resnet18_batch"] = hybrid_trt.export(model, example, dynamic_shapes=({0: batch},),
-                                                shapes=[{"x": (2, 3, 32, 32)}, {"x": (5, 3, 32, 32)}],
-                                                path=out / "resnet18_batch")
+    for name, shape in (("resnet18", (3, 32, 32)), ("class_token", (3, 16, 16))):
+        model, example = getattr(export_models, name)()
+        paths[f"{name}_batch"] = hybrid_trt.export(model, example, dynamic_shapes=({0: batch},),
+                                                   shapes=[{"x": (2, *shape)}, {"x": (5, *shape)}],
+                                                   path=out / f"{name}_batch")
     # Two input shapes, through the console command (progress, report, package path on stdout); the batch
     # dims that differ become one dynamic dim over [2, 4], and the partition one engine for that range.
     path = out / "two_inputs.zip"
@@ -80,7 +82,8 @@ torch.export.export = forbidden("torch.export")
 torch._inductor.aoti_compile_and_package = forbidden("AOTInductor compile")
 
 # Batch sizes to run besides the reference cases: inside a range (must match eager) and outside (must raise).
-EXTRA = {"two_inputs": {"inside": [3], "outside": 5}, "resnet18_batch": {"inside": [], "outside": 3}}
+EXTRA = {"two_inputs": {"inside": [3], "outside": 5}, "resnet18_batch": {"inside": [1, 3, 8], "outside": 9},
+         "class_token_batch": {"inside": [], "outside": 3}}
 
 def inputs_at(name, batch):
     _, example = getattr(export_models, name)()
@@ -192,16 +195,35 @@ def test_two_input_shapes_one_engine_for_the_range(fresh_process, packages):
     assert "[2..4]x3x16x16, [2..4]x6" in missing
 
 
-def test_batch_baked_into_the_graph_gives_engines_per_shape_with_the_reason(fresh_process, packages):
+def test_resnet18_dynamic_batch_one_engine_for_the_range(fresh_process, packages):
+    """The flatten's Reshape copies the batch (target 0) instead of writing its number, so the partition lowers
+    to one graph across [1, 8]: one engine, loaded (not built) in the fresh process, runs batches 1, 3 and 8
+    (never listed) as eager does; batch 9 is outside the range and raises the documented error."""
     result = fresh_process["resnet18_batch"]
     _assert_all_match(result)
+    assert [shapes for shapes, _ in result["cases"]][2:] == [[[b, 3, 32, 32]] for b in (1, 3, 8)]
     manifest = pkg.open_package(packages["resnet18_batch"]).manifest
     (part,) = manifest["partitions"]
-    assert part["ranges"] == [] and len(part["signatures"]) == 2
-    assert part["per_shape_reason"].startswith("shape-specific constants in the lowered graph: Reshape at node")
+    assert part["ranges"] == ["[1..8]x3x32x32"] and part["signatures"] == []
+    assert part["per_shape_reason"] is None
+    (ranged,) = [e for e in part["engines"] if e["kind"] == "range"]
+    assert ranged["profile"] == [[[1, 3, 32, 32], [1, 3, 32, 32], [8, 3, 32, 32]]]
+    assert result["engine_records"] == [["loaded"]]
+    missing = result["missing"]
+    assert missing and missing.startswith("EngineNotInPackage") and "9x3x32x32" in missing, missing
+    assert "partition 0 (onnxruntime)" in missing and "[1..8]x3x32x32" in missing
+
+
+def test_batch_broadcast_from_a_constant_gives_engines_per_shape_with_the_reason(fresh_process, packages):
+    result = fresh_process["class_token_batch"]
+    _assert_all_match(result)
+    manifest = pkg.open_package(packages["class_token_batch"]).manifest
+    parts = [p for p in manifest["partitions"] if p["per_shape_reason"]]
+    assert len(parts) == 1 and parts[0]["ranges"] == [] and len(parts[0]["signatures"]) == 2
+    assert parts[0]["per_shape_reason"].startswith("shape-specific constants in the lowered graph: Expand at node")
     missing = result["missing"]  # batch 3: inside the declared range, but no engine holds it
-    assert missing and missing.startswith("EngineNotInPackage") and "3x3x32x32" in missing
-    assert all(s in missing for s in part["signatures"])
+    assert missing and missing.startswith("EngineNotInPackage") and "3x3x16x16" in missing
+    assert all(s in missing for s in parts[0]["signatures"])
 
 
 def test_lidar_round_trip_with_data_dependent_sparse_ops(fresh_process, packages):
