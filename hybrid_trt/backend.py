@@ -161,19 +161,14 @@ def _served_directly(graph: GraphCache, gm: fx.GraphModule, weights: dict, opts:
     per_call = _per_call_from_json(graph.per_call)
     if not _stored_direct(graph.per_call, opts) or per_call.get("direct") is None:
         return None
-    direct = _direct.direct_callable(per_call["direct"], graph.runtimes)
-    if direct is None:
+    runtimes = list(graph.runtimes.values())
+    served = _called_per_call(None, per_call, _graph_weights(_lifted_weights(gm), weights), runtimes, opts, report)
+    if served is None:
         return None
     graph.fill_report(report, inductor_cache=False)
-    report.per_call = "direct"
-    runtimes = list(graph.runtimes.values())
-    positions = _graph_weights(_lifted_weights(gm), weights)
-    record_baked_weights([positions[i] for i in per_call["baked_inputs"] if i in positions])
-    logger.debug("hybrid_trt: graph %d served from its manifest: %d delegate call(s), called directly",
-                 report.graph_index, len(per_call["direct"].steps))
     if opts.print_report:
         print(report.table())
-    return _hold(direct, runtimes)
+    return _hold(served, runtimes)
 
 
 def _recorded(graphs: list, graph: fx.GraphModule, compiled):
@@ -245,7 +240,7 @@ def _per_call_from_json(data) -> dict:
 def _called_per_call(compiled, per_call: dict, graph_weights: dict, runtimes: list, opts: Options,
                      report: CompileReport):
     """The callable Dynamo's frame calls: the direct plan's when there is one (and its runtimes are all here),
-    else Inductor's. Also hands the baked weights (``graph_weights``: graph input position -> tensor) to the guard
+    else Inductor's ``compiled`` (None on a warm start that has not consulted Inductor). Also hands the baked weights (``graph_weights``: graph input position -> tensor) to the guard
     filter of this compile (guards.py)."""
     record_baked_weights([graph_weights[i] for i in per_call.get("baked_inputs", ()) if i in graph_weights])
     plan = per_call.get("direct")
