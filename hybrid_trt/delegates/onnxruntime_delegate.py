@@ -166,27 +166,24 @@ class OnnxRuntimeEngine(Engine):
         if self._ort_outputs:
             for name, _shape, _dtype, _np in self._outputs:
                 binding.bind_output(name, dev, dev_id)
-            if self._stream is None:
-                self._session.run_with_iobinding(binding, self._run_options)
-            else:
-                self._run_cuda(binding, keep)
-                if self._cold:
-                    self._cold = False
-                    self._run_cuda(binding, keep)
+            self._execute(binding, keep)
             return [torch.from_dlpack(v._ortvalue) for v in binding.get_outputs()]
         outs = []
         for name, shape, dtype, np_dtype in self._outputs:
             out = torch.empty(shape, dtype=dtype, device=self._device)
             binding.bind_output(name, dev, dev_id, np_dtype, shape, out.data_ptr() or self._empty_ptr)
             outs.append(out)
+        self._execute(binding, keep)
+        return outs
+
+    def _execute(self, binding, inputs: list) -> None:
         if self._stream is None:
             self._session.run_with_iobinding(binding, self._run_options)
-        else:
-            self._run_cuda(binding, keep)
-            if self._cold:
-                self._cold = False
-                self._run_cuda(binding, keep)
-        return outs
+            return
+        self._run_cuda(binding, inputs)
+        if self._cold:  # see __init__: the first call runs twice on CUDA
+            self._cold = False
+            self._run_cuda(binding, inputs)
 
     def _run_cuda(self, binding, inputs: list) -> None:
         """Run on the session's stream, ordered after everything already queued on the caller's current stream
