@@ -5,6 +5,7 @@ import torch
 
 from ...capture import preserve  # noqa: F401  (defines hybrid_trt::interpolate)
 from ..registry import FLOAT, lowering
+from ._dims import integer_scales, shape_value
 
 aten = torch.ops.aten
 
@@ -29,11 +30,19 @@ def _check_4d(node):
 
 
 def _scales_or_sizes(ctx, node, scale_factors):
-    """PyTorch uses the given scale factors (not out/in) to map coordinates, so pass those when it has them."""
+    """PyTorch uses the given scale factors (not out/in) to map coordinates, so pass those when it has them.
+    Otherwise the output sizes; where they vary over a dynamic range (traced symbolic), in a form that holds at
+    every size of it: scales when each output dim is an exact integer multiple of the input's (ONNX Runtime
+    and TensorRT derive the same scale out/in from sizes, so the result is identical), else the sizes read
+    from a tensor of the partition that has them (an FPN's upsample to the lateral feature's size)."""
     empty = ctx.const([], torch.float32)
     if scale_factors:
         return [empty, ctx.const([1.0, 1.0] + [float(s) for s in scale_factors], torch.float32)]
-    return [empty, empty, ctx.ints(ctx.shape(node))]
+    scales = integer_scales(ctx, node)
+    if scales is not None:
+        return [empty, ctx.const([float(k) for k in scales], torch.float32)]
+    sizes = shape_value(ctx, node)
+    return [empty, empty, sizes if sizes is not None else ctx.ints(ctx.shape(node))]
 
 
 @lowering(aten.upsample_nearest2d.vec, dtypes=FLOAT, check=_check_4d)

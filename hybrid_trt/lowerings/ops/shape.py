@@ -3,8 +3,10 @@ expand, slice/select, cat, split/unbind, pad, repeat."""
 from __future__ import annotations
 
 import torch
+import torch.fx as fx
 
 from ..registry import ANY, lowering
+from ._dims import dim_of, slice_bound, traced, traced_shape
 from ._util import dims, generic_expand_target, generic_reshape_target, reshape
 
 aten = torch.ops.aten
@@ -107,10 +109,27 @@ def lower_slice(ctx, node):
     x, dim, start, end, step = args[:5]
     shape = ctx.shape(x)
     dim = dims(ctx.arg(dim if dim is not None else 0), len(shape))[0]
-    start = 0 if start is None else int(ctx.arg(start))
-    end = INT64_MAX if end is None else int(ctx.arg(end))
     step = 1 if step is None else int(ctx.arg(step))
-    return ctx.op("Slice", ctx.input(x), ctx.ints([start]), ctx.ints([end]), ctx.ints([dim]), ctx.ints([step]))
+    starts, ends = _slice_bound(ctx, x, dim, start, 0), _slice_bound(ctx, x, dim, end, INT64_MAX)
+    return ctx.op("Slice", ctx.input(x), starts, ends, ctx.ints([dim]), ctx.ints([step]))
+
+
+def _slice_bound(ctx, x, dim, bound, default):
+    """A Slice start/end as a value: a constant, shape-generic where the bound is a traced size expression (to
+    or from the end of the sliced dim, else the size of another tensor's dim), or this shape's number."""
+    if bound is None:
+        return ctx.ints([default])
+    generic = slice_bound(ctx, x, dim, bound)
+    if generic is not None:
+        return ctx.ints([generic])
+    e = traced(bound)
+    if isinstance(bound, fx.Node) and e is not None and not isinstance(e, int):
+        # Another size (a crop to a skip connection's size, say): read it from a tensor that has it. A traced
+        # size of a tensor is never negative, so ATen and ONNX read it alike.
+        source = dim_of(ctx, e, int(ctx.arg(bound)))
+        if source is not None:
+            return source
+    return ctx.ints([int(ctx.arg(bound))])
 
 
 @lowering(aten.select.int, dtypes=ANY)
@@ -119,6 +138,13 @@ def lower_select(ctx, node):
     shape = ctx.shape(x)
     dim = dims(ctx.arg(dim), len(shape))[0]
     index = int(ctx.arg(index))
+    traced_dims = traced_shape(x)
+    if index < 0 and traced_dims is not None and not isinstance(traced_dims[dim], int):
+        # Counted from the end of a dim that varies over the range: a Slice with a negative start says so
+        # (index % size would bake this shape's size into the graph).
+        end = INT64_MAX if index == -1 else index + 1
+        picked = ctx.op("Slice", ctx.input(x), ctx.ints([index]), ctx.ints([end]), ctx.ints([dim]))
+        return ctx.op("Squeeze", picked, ctx.ints([dim]))
     return ctx.op("Gather", ctx.input(x), ctx.const(index % shape[dim], torch.int64), axis=dim)
 
 
