@@ -34,6 +34,7 @@ rulebooks, with their mask argsort) is timed next to ours.
     python benchmarks/profile_sparse.py --layers      # layer profiles, ours vs spconv-triton
     python benchmarks/profile_sparse.py --e2e         # examples/lidar_detector.py, eager/inductor/hybrid_trt
     python benchmarks/profile_sparse.py --smoke       # CPU, Triton interpreter, tiny cloud: checks the script
+    python benchmarks/profile_sparse.py --dispatch    # host cost of one sparse_conv_compute call (CPU or GPU)
 
 Use it to decide what to optimise; bench_sparse.py is the benchmark of record.
 """
@@ -41,6 +42,7 @@ Use it to decide what to optimise; bench_sparse.py is the benchmark of record.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import pathlib
 import platform
@@ -48,6 +50,7 @@ import statistics
 import subprocess
 import sys
 import time
+from typing import Optional
 
 if "--smoke" in sys.argv:  # the interpreter must be on before Triton is imported
     os.environ["TRITON_INTERPRET"] = "1"
@@ -272,6 +275,7 @@ def event_per_call(fn, device: str, reps: int) -> float | None:
 # ---------------------------------------------------------------- dispatch variants
 
 
+@functools.cache
 def _custom_op_variants():
     """The launchers behind torch.library.custom_op (ops.py's registration
     before it moved to torch.library.Library), and empty ops of both kinds."""
@@ -298,10 +302,74 @@ def _custom_op_variants():
     def empty_custom_op(indices: torch.Tensor, kernel_size: list[int]) -> torch.Tensor:
         return indices.new_empty(0)
 
+    @torch.library.custom_op("hybrid_trt_profile::conv_compute", mutates_args=())
+    def conv_compute(features: torch.Tensor, weight: torch.Tensor, nbr: torch.Tensor, bias: Optional[torch.Tensor],
+                     order: Optional[torch.Tensor] = None) -> torch.Tensor:
+        return ops._compute_torch(features, weight, nbr, bias, order)
+
+    @conv_compute.register_kernel("cuda")
+    def _(features, weight, nbr, bias, order=None):
+        return ops._compute_cuda(features, weight, nbr, bias, order)
+
+    @conv_compute.register_fake
+    def _(features, weight, nbr, bias, order=None):
+        return ops._compute_fake(features, weight, nbr, bias, order)
+
     lib = torch.library.Library("hybrid_trt_profile", "FRAGMENT")
     lib.define("empty_library(Tensor indices, int[] kernel_size) -> Tensor")
     lib.impl("empty_library", lambda indices, kernel_size: indices.new_empty(0), "CompositeExplicitAutograd")
-    return subm, strided, empty_custom_op, lib, torch.ops.hybrid_trt_profile.empty_library.default
+    return (subm, strided, empty_custom_op, lib, torch.ops.hybrid_trt_profile.empty_library.default,
+            conv_compute)
+
+
+def _race(calls: dict, device: str, reps: int, rounds: int) -> dict:
+    """Host us per call of each callable: batches of ``reps`` calls, the
+    callables taking turns so that machine noise hits them alike; the best
+    batch of ``rounds``. The GPU is synchronised between batches, untimed."""
+    for fn in calls.values():
+        for _ in range(20):
+            fn()
+    best = dict.fromkeys(calls, float("inf"))
+    for _ in range(rounds):
+        for name, fn in calls.items():
+            sync(device)
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                fn()
+            best[name] = min(best[name], (time.perf_counter() - t0) / reps * 1e6)
+    sync(device)
+    return best
+
+
+def compute_dispatch(device: str, reps: int = 200, rounds: int = 30) -> list[str]:
+    """Host cost of one sparse_conv_compute call on tiny inputs (64 sites, 8
+    channels, 1x1x1 kernel, so the kernel's own work is small): its kernel
+    called directly, the op through torch.ops (ops.py: torch.library.Library
+    with its autograd kernel) and the same kernels behind a
+    torch.library.custom_op (ops.py's registration before), under no_grad
+    (bench_sparse.py's layers) and inference_mode (hybrid_trt's compiled
+    models). The weight and bias require grad, as a module's parameters do."""
+    conv_co = _custom_op_variants()[-1]
+    kernel = ops._compute_cuda if device == "cuda" else ops._compute_torch
+    n, c = 64, 8
+    feats = torch.randn(n, c, device=device)
+    weight = torch.nn.Parameter(torch.randn(c, 1, 1, 1, c, device=device))
+    bias = torch.nn.Parameter(torch.randn(c, device=device))
+    nbr = torch.arange(n, dtype=torch.int32, device=device)[:, None].contiguous()
+    order = torch.arange(n, dtype=torch.int32, device=device)
+    args = (feats, weight, nbr, bias, order)
+    calls = {"kernel, called directly": lambda: kernel(*args),
+             "torch.ops (Library)": lambda: ops.sparse_conv_compute(*args),
+             "custom_op": lambda: conv_co(*args)}
+    lines = ["| grad mode | " + " | ".join(f"{k}, host us" for k in calls) + " | custom_op - Library, us |",
+             "|---|" + "---|" * (len(calls) + 1)]
+    for mode, ctx in (("no_grad", torch.no_grad), ("inference_mode", torch.inference_mode)):
+        with ctx():
+            assert torch.equal(ops.sparse_conv_compute(*args), conv_co(*args))
+            t = _race(calls, device, reps, rounds)
+        lines.append(f"| {mode} | " + " | ".join(f"{v:.1f}" for v in t.values())
+                     + f" | {t['custom_op'] - t['torch.ops (Library)']:.1f} |")
+    return lines
 
 
 # ---------------------------------------------------------------- spconv 2.x
@@ -349,7 +417,7 @@ def fmt(v, digits=3):
 
 
 def profile_rulebooks(sizes, reps: int, device: str, grid=GRID) -> str:
-    subm_co, strided_co, empty_co, _lib, empty_lib = _custom_op_variants()
+    subm_co, strided_co, empty_co, _lib, empty_lib, _ = _custom_op_variants()
     spconv = _spconv() if device == "cuda" else None
     out_grid = conv_output_shape(grid, KS, STRIDE, PAD, DIL)
     lines = [f"# Sparse rulebook profile ({'GPU' if device == 'cuda' else 'smoke run'})", "", machine(device), "",
@@ -427,6 +495,8 @@ def profile_rulebooks(sizes, reps: int, device: str, grid=GRID) -> str:
     dispatch = (f"Dispatch alone (an op whose body returns an empty tensor, host us per call, median of "
                 f"{reps * 10}): torch.library.Library {library_us:.1f}, torch.library.custom_op {custom_op_us:.1f}.")
     lines += ["## Steps", ""] + steps_md + ["", "## One call", ""] + calls_md + ["", dispatch, ""]
+    lines += ["## sparse_conv_compute dispatch", "", compute_dispatch.__doc__.split("\n\n")[0].replace("\n    ", " "),
+              ""] + compute_dispatch(device) + [""]
     lines += [f"* {n}" for n in notes] + ([""] if notes else [])
     lines += ["Columns: see the docstring of benchmarks/profile_sparse.py. \"GPU ops launched\" counts CUDA API "
               "calls that enqueue work (kernels, memsets, memcpys); \"allocs\" the tensor factories the launcher "
@@ -506,12 +576,18 @@ def main() -> int:
     parser.add_argument("--layers", action="store_true", help="layer profiles, ours vs spconv-triton, instead")
     parser.add_argument("--e2e", action="store_true", help="end-to-end profiles of the LiDAR example instead")
     parser.add_argument("--smoke", action="store_true", help="CPU, Triton interpreter, one tiny cloud")
+    parser.add_argument("--dispatch", action="store_true",
+                        help="only the host cost of one sparse_conv_compute call (runs on CPU too)")
     args = parser.parse_args()
     if args.e2e:
         end_to_end()
         return 0
     if args.layers:
         layers()
+        return 0
+    if args.dispatch:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        print("\n".join([machine(device), ""] + compute_dispatch(device)))
         return 0
     if args.smoke:
         text = profile_rulebooks([120], 3, "cpu", grid=(41, 64, 64))

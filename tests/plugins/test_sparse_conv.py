@@ -214,6 +214,21 @@ def test_opcheck_ops():
     torch.library.opcheck(ops.sparse_rulebook_strided, (indices, [5, 5, 5], [3, 3, 3], [2, 2, 2], [1, 1, 1], [1, 1, 1]))
 
 
+
+def test_backward_through_compute_is_an_error_not_a_missing_gradient():
+    features, indices = random_cloud(1, (5, 5, 5), 0.3, 4, seed=11)
+    conv = SubMConv3d(4, 3, 3)
+    out = conv(SparseConvTensor(features, indices, (5, 5, 5), 1)).features
+    assert out.requires_grad
+    with pytest.raises(RuntimeError, match="inference-only and has no backward"):
+        out.sum().backward()
+    assert conv.weight.grad is None
+    # Grad-free calls take the direct path to the kernel; the result is the same.
+    with torch.no_grad():
+        direct = conv(SparseConvTensor(features, indices, (5, 5, 5), 1)).features
+    assert not direct.requires_grad
+    assert torch.equal(direct, out.detach())
+
 @pytest.mark.parametrize("kernel_size", [3, 5])
 def test_rulebook_order_is_a_mask_sorted_permutation(kernel_size):
     _, indices = random_cloud(2, (6, 7, 8), 0.3, 1, seed=10)

@@ -25,15 +25,17 @@ Schemas (``K = kD * kH * kW``):
 ``order`` is always ``sparse_rulebook_order(nbr)``; the ops that build a map
 return it too because the GPU kernels compute its sort key in the same pass.
 
-The rulebook ops take only integer tensors, which never require grad, so they
-are defined straight on the dispatcher (``torch.library.Library``) with no
-autograd kernel: a call is one C++ dispatch into the implementation.
-``torch.library.custom_op`` would add two Python kernels (autograd and a
-backend wrapper) and a Dynamo-disable wrapper per call, about 15 us each
-call on a 2-core CPU (benchmarks/profile_sparse.py measures it on the GPU
-machine). ``sparse_conv_compute`` takes float tensors that may require grad,
-so it stays a ``custom_op``, whose autograd kernel makes a backward through it
-an error instead of a silently missing gradient.
+All ops are defined straight on the dispatcher (``torch.library.Library``):
+a call is one C++ dispatch into the implementation. ``torch.library.custom_op``
+would add two Python kernels (autograd and a backend wrapper) and a
+Dynamo-disable wrapper per call (benchmarks/profile_sparse.py measures both
+registrations). The rulebook ops take only integer tensors, which never
+require grad, so they have no autograd kernel. ``sparse_conv_compute`` takes
+float tensors that may require grad, so it has a small autograd kernel: where
+grad is required it records a node whose backward raises (inference only,
+never a silently missing gradient); otherwise it calls the CPU or CUDA kernel
+itself instead of sending the call back through the dispatcher, and any other
+key (fake tensors, Python modes, meta) is redispatched as usual.
 """
 
 from __future__ import annotations
@@ -41,7 +43,6 @@ from __future__ import annotations
 import functools
 import logging
 import os
-from typing import Optional
 
 import torch
 
@@ -315,14 +316,7 @@ def _check_compute(features, weight, nbr, bias, order=None):
         raise ValueError(f"sparse_conv_compute: bias must be [Cout={weight.shape[0]}], got {tuple(bias.shape)}")
 
 
-@torch.library.custom_op("hybrid_trt::sparse_conv_compute", mutates_args=())
-def sparse_conv_compute(
-    features: torch.Tensor,
-    weight: torch.Tensor,
-    nbr: torch.Tensor,
-    bias: Optional[torch.Tensor],
-    order: Optional[torch.Tensor] = None,
-) -> torch.Tensor:
+def _compute_torch(features, weight, nbr, bias, order=None):
     """``out[m] = bias + sum_k W[:, k, :] @ features[nbr[m, k]]`` over the
     offsets with ``nbr[m, k] >= 0``; weight layout ``[Cout, kD, kH, kW, Cin]``.
     ``order`` (from sparse_rulebook_order) only schedules the GPU kernel."""
@@ -330,17 +324,59 @@ def sparse_conv_compute(
     return reference.conv_compute(features, weight, nbr, bias)
 
 
-@sparse_conv_compute.register_kernel("cuda")
-def _(features, weight, nbr, bias, order=None):
+def _compute_cuda(features, weight, nbr, bias, order=None):
     _check_compute(features, weight, nbr, bias, order)
     if _FORCE_TORCH:
         return reference.conv_compute(features, weight, nbr, bias)
     return _gemm_kernels().conv_compute(features, weight, nbr, bias, order)
 
 
-@sparse_conv_compute.register_fake
-def _(features, weight, nbr, bias, order=None):
+def _compute_fake(features, weight, nbr, bias, order=None):
     return features.new_empty((nbr.shape[0], weight.shape[0]))
+
+
+sparse_conv_compute = _define(
+    "sparse_conv_compute(Tensor features, Tensor weight, Tensor nbr, Tensor? bias, Tensor? order=None) -> Tensor",
+    _compute_torch, _compute_cuda, _compute_fake,
+)
+
+
+class _NoBackward(torch.autograd.Function):
+    """Forward of sparse_conv_compute where autograd records it: a backward
+    through it is an error, never a silently missing gradient."""
+
+    @staticmethod
+    def forward(ctx, below_autograd, features, weight, nbr, bias, order):
+        with torch._C._AutoDispatchBelowAutograd():
+            return sparse_conv_compute.redispatch(below_autograd, features, weight, nbr, bias, order)
+
+    @staticmethod
+    def backward(ctx, grad):
+        raise RuntimeError(
+            "hybrid_trt::sparse_conv_compute is inference-only and has no backward; run the model under "
+            "torch.no_grad() or torch.inference_mode(), or freeze its weights with requires_grad_(False)"
+        )
+
+
+# The kernels the dispatcher would run next for an ordinary CPU or CUDA call;
+# any other key below autograd (fake tensors, Python modes, functionalization,
+# meta) goes back through the dispatcher.
+_BELOW_AUTOGRAD = torch._C._after_autograd_keyset
+_BACKEND_KERNELS = {torch._C.DispatchKey.CPU: _compute_torch, torch._C.DispatchKey.CUDA: _compute_cuda}
+
+
+def _compute_autograd(keyset, features, weight, nbr, bias, order=None):
+    below = keyset & _BELOW_AUTOGRAD
+    if torch.is_grad_enabled() and torch._C._any_requires_grad(features, weight, bias):
+        return _NoBackward.apply(below, features, weight, nbr, bias, order)
+    kernel = _BACKEND_KERNELS.get(below.highestPriorityTypeId())
+    if kernel is not None:  # nothing to record: call it without a second trip through the dispatcher
+        return kernel(features, weight, nbr, bias, order)
+    with torch._C._AutoDispatchBelowAutograd():
+        return sparse_conv_compute.redispatch(below, features, weight, nbr, bias, order)
+
+
+_LIB.impl("sparse_conv_compute", _compute_autograd, "Autograd", with_keyset=True)
 
 
 OPS = (
