@@ -32,9 +32,11 @@ sys.path.insert(0, ROOT)
 
 MODELS = ("resnet18", "detector", "resnet50", "mobilenet_v3_large", "efficientnet_b0", "convnext_tiny")
 CONFIGS = ("fp16:1", "fp32:1", "fp16:16", "fp32:16")
-VARIANTS = ("eager", "inductor", "inductor_ro", "hybrid", "hybrid_cg", "ort", "ort_cg")
+VARIANTS = ("eager", "inductor", "inductor_ro", "hybrid", "hybrid_cg", "hybrid_mp", "hybrid_cg_mp", "ort", "ort_cg")
 LABELS = {"eager": "eager", "inductor": "Inductor", "inductor_ro": "Inductor r-o", "hybrid": "hybrid",
-          "hybrid_cg": "hybrid CG", "ort": "ORT", "ort_cg": "ORT CG"}
+          "hybrid_cg": "hybrid CG", "hybrid_mp": "hybrid MP", "hybrid_cg_mp": "hybrid CG MP", "ort": "ORT",
+          "ort_cg": "ORT CG"}
+# MP: placement="measured" (hybrid_trt/placement.py): partitions stay delegated only where measured faster
 
 
 # ---------------------------------------------------------------------------------------------- child
@@ -132,6 +134,9 @@ def _variant(v: str, model, x, ref, workdir: str):
         return torch.compile(model, backend="hybrid_trt")
     if v == "hybrid_cg":
         return torch.compile(model, backend="hybrid_trt", mode="reduce-overhead")
+    if v in ("hybrid_mp", "hybrid_cg_mp"):  # (torch.compile takes mode= or options=, not both)
+        return torch.compile(model, backend="hybrid_trt",
+                             options={"placement": "measured", "cuda_graphs": v == "hybrid_cg_mp"})
     if v in ("ort", "ort_cg"):
         path = os.path.join(workdir, "whole.onnx")
         if not os.path.exists(path):
@@ -179,11 +184,13 @@ def _run_task(task: dict, args) -> dict:
                 row["compile_s"][v] = round(time.perf_counter() - t0, 1)
                 row["err"][v] = _rel_err(task["model"], out, ref)
                 fns[v] = (lambda f: (lambda: f(x)))(fn)
-                if v in ("hybrid", "hybrid_cg"):
+                if v.startswith("hybrid"):
                     rep = hybrid_trt.last_report()
                     print(rep.table(), file=sys.stderr, flush=True)
                     row[f"{v}_partitions"] = sum(p.status == "delegated" for p in rep.partitions)
-                    if v == "hybrid_cg" and rep.cuda_graphs is not None:
+                    if v.endswith("_mp"):
+                        row[f"{v}_placed"] = _placement_summary(rep)
+                    if v.startswith("hybrid_cg") and rep.cuda_graphs is not None and "cuda_graphs" not in row:
                         row["cuda_graphs"] = rep.cuda_graphs.status
                         row["cuda_graph_reasons"] = rep.cuda_graphs.reasons[:3]
             except Exception as e:  # noqa: BLE001 - the row records it, the run goes on
@@ -195,6 +202,17 @@ def _run_task(task: dict, args) -> dict:
             row["errors"]["timing"] = f"{type(e).__name__}: {' '.join(str(e).split())[:160]}"
             traceback.print_exc()
     return row
+
+
+def _placement_summary(rep) -> str:
+    """e.g. "2 of 3 partitions delegated (ops 120/150); moved: #1 delegate 0.40 ms, Inductor 0.21 ms"."""
+    moved = [p for p in rep.partitions if p.status == "placed on Inductor"]
+    kept = [p for p in rep.partitions if p.status == "delegated"]
+    text = (f"{len(kept)} of {len(rep.partitions)} partitions delegated "
+            f"({sum(p.op_count for p in kept)}/{sum(p.op_count for p in rep.partitions)} partitioned ops)")
+    details = [f"#{p.index} {e.split('):', 1)[-1].split(';')[0].strip()}" for p in moved for e in p.events
+               if e.startswith("placement measured")]
+    return text + (f"; moved to Inductor: {', '.join(details[:6])}" if details else "")
 
 
 def _run_lidar(task: dict, args) -> dict:
@@ -209,11 +227,13 @@ def _run_lidar(task: dict, args) -> dict:
     fns = {}
     with torch.inference_mode():
         expected = model(feats, coords)
-        for v in ("eager", "inductor", "inductor_ro", "hybrid", "hybrid_cg"):
+        for v in [v for v in args.variants if not v.startswith("ort")]:
             try:
                 backend = "hybrid_trt" if v.startswith("hybrid") else "inductor"
-                mode = "reduce-overhead" if v.endswith(("_ro", "_cg")) else None
-                fn = model if v == "eager" else torch.compile(model, backend=backend, mode=mode, fullgraph=True)
+                mode = "reduce-overhead" if v in ("inductor_ro", "hybrid_cg") else None
+                options = {"placement": "measured", "cuda_graphs": v == "hybrid_cg_mp"} if v.endswith("_mp") else None
+                fn = model if v == "eager" else torch.compile(model, backend=backend, mode=mode, fullgraph=True,
+                                                              options=options)
                 t0 = time.perf_counter()
                 out = fn(feats, coords)
                 torch.cuda.synchronize()
@@ -223,6 +243,8 @@ def _run_lidar(task: dict, args) -> dict:
                     row["err"][v] = 0.0
                 except AssertionError as e:
                     row["errors"][v] = f"detections differ: {' '.join(str(e).split())[:120]}"
+                if v.endswith("_mp"):
+                    row[f"{v}_placed"] = _placement_summary(hybrid_trt.last_report())
                 if v == "hybrid_cg" and hybrid_trt.last_report().cuda_graphs is not None:
                     row["cuda_graphs"] = hybrid_trt.last_report().cuda_graphs.status
                     row["cuda_graph_reasons"] = hybrid_trt.last_report().cuda_graphs.reasons[:3]
@@ -285,9 +307,9 @@ def _ratio(a, b):
 def to_markdown(rows: list, header: str, variants) -> str:
     lines = [header, "",
              "| model | dtype | batch | " + " | ".join(f"{LABELS[v]} ms" for v in variants)
-             + " | hybrid CG / Inductor r-o | hybrid CG / ORT CG | CUDA graphs (hybrid) | max rel err "
-               "(hybrid CG, ORT CG) | compile s (hybrid CG) |",
-             "|" + "---|" * (len(variants) + 8)]
+             + " | hybrid CG / Inductor r-o | hybrid CG MP / Inductor r-o | hybrid CG / ORT CG | CUDA graphs (hybrid)"
+               " | max rel err (hybrid CG, hybrid CG MP, ORT CG) | compile s (hybrid CG, hybrid CG MP) |",
+             "|" + "---|" * (len(variants) + 9)]
     notes = []
     for r in rows:
         label = f"| {r['model']} | {r['dtype']} | {r['batch']} |"
@@ -298,9 +320,14 @@ def to_markdown(rows: list, header: str, variants) -> str:
         err = r.get("err", {})
         lines.append(
             label + " " + " | ".join(_fmt(ms.get(v)) for v in variants)
-            + f" | {_ratio(ms.get('hybrid_cg'), ms.get('inductor_ro'))} | {_ratio(ms.get('hybrid_cg'), ms.get('ort_cg'))}"
+            + f" | {_ratio(ms.get('hybrid_cg'), ms.get('inductor_ro'))}"
+            + f" | {_ratio(ms.get('hybrid_cg_mp'), ms.get('inductor_ro'))} | {_ratio(ms.get('hybrid_cg'), ms.get('ort_cg'))}"
             + f" | {r.get('cuda_graphs', '-')} | {err.get('hybrid_cg', float('nan')):.1e}, "
-              f"{err.get('ort_cg', float('nan')):.1e} | {r.get('compile_s', {}).get('hybrid_cg', '-')} |")
+              f"{err.get('hybrid_cg_mp', float('nan')):.1e}, {err.get('ort_cg', float('nan')):.1e}"
+            + f" | {r.get('compile_s', {}).get('hybrid_cg', '-')}, {r.get('compile_s', {}).get('hybrid_cg_mp', '-')} |")
+        for key in ("hybrid_mp_placed", "hybrid_cg_mp_placed"):
+            if r.get(key):
+                notes.append(f"- {r['model']} {r['dtype']} b{r['batch']} {LABELS[key[:-7]]} placement: {r[key]}")
         for v, e in r.get("errors", {}).items():
             notes.append(f"- {r['model']} {r['dtype']} b{r['batch']} {LABELS.get(v, v)}: {e}")
         for why in r.get("cuda_graph_reasons", []):

@@ -14,6 +14,7 @@ from torch._inductor.compile_fx import compile_fx, compile_fx_inner
 
 from . import cudagraphs
 from . import delegates as _delegates
+from . import placement as _placement
 from .capture.attention import canonicalize_attention
 from .capture.preserve import INDUCTOR_DECOMPOSITIONS, preserve_ops
 from .capture import capture_decompositions, needs_gradients, weight_input_indices
@@ -294,12 +295,48 @@ def _hybrid_graph(gm: fx.GraphModule, weights: dict, n_dynamo_inputs: int, opts:
                 if classify(n) is NodeKind.OP:
                     reasons[n] = f"build failed ({part.delegate})"
             continue
+        why = _measured_placement(runtime, ex.module, in_metas, symbolic, device, opts, store, preport)
+        if why is not None:
+            preport.status = "placed on Inductor"
+            for n in part.nodes:
+                if classify(n) is NodeKind.OP:
+                    reasons[n] = why
+            continue
         delegated.append(_Delegated(part.nodes, ex, runtime.key, runtime, preport))
     report.inductor_ops = [InductorOp(n.name, op_name(n), why) for n, why in reasons.items()]
     for d in delegated:
         keep_traced_strides(gm, d.nodes, d.extracted.outputs)
     report.partition_seconds = time.perf_counter() - t0
     return delegated
+
+
+def _measured_placement(runtime: PartitionRuntime, module: fx.GraphModule, in_metas: list, symbolic: bool,
+                        device: torch.device, opts: Options, store, preport: PartitionReport):
+    """With ``placement="measured"``: why the built partition goes to Inductor instead (placement.py), or None
+    (it stays delegated; the timings are in its events either way)."""
+    if opts.placement != "measured":
+        return None
+    if symbolic:
+        preport.events.append("placement not measured: symbolic shapes (engines are built per shape at run time)")
+        return None
+    try:
+        verdict = _placement.measure(runtime, module, in_metas, _placement.timing_kind(device, opts.cuda_graphs),
+                                     store)
+    except Exception as e:  # noqa: BLE001 - the partition stays with its delegate; the report says why
+        if preport.status != "delegated":  # its engine failed the first call (and fell back): route it now
+            return f"engine failed its first call at compile time ({preport.delegate})"
+        if opts.strict:
+            raise
+        preport.events.append(f"placement not measured: {type(e).__name__}: {e}")
+        logger.warning("hybrid_trt: partition %d (%s): placement not measured, it stays delegated: %s",
+                       preport.index, preport.delegate, e)
+        return None
+    if preport.status != "delegated":
+        return f"engine failed its first call at compile time ({preport.delegate})"
+    preport.events.append(f"placement {verdict.text()}")
+    logger.info("hybrid_trt: partition %d (%s, %d ops): placement %s", preport.index, preport.delegate,
+                preport.op_count, verdict.text())
+    return f"placement {verdict.text()}" if verdict.placed == "inductor" else None
 
 
 def _stitched(gm: fx.GraphModule, delegated: list, aot_inputs, report: CompileReport) -> fx.GraphModule:

@@ -15,6 +15,7 @@ ENV_PREFIX = "HYBRID_TRT_"
 PLUGIN_ENV_PREFIXES = ("HYBRID_TRT_SPARSE_",)
 PRECISIONS = ("fp32", "fp16", "bf16")
 ORT_PROVIDERS = ("auto", "cpu", "cuda", "tensorrt")
+PLACEMENTS = ("delegate", "measured")  # see placement.py
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,6 +34,7 @@ class Options:
     cache_dir: Optional[str] = None  # None = $XDG_CACHE_HOME/hybrid_trt, else ~/.cache/hybrid_trt
     cache_max_bytes: int = 2 << 30  # least recently used entries are evicted beyond this
     cuda_graphs: bool = False  # the stitched callable in Inductor's CUDA-graph trees (hybrid_trt/cudagraphs.py)
+    placement: str = "delegate"  # "measured": a partition stays delegated only where that is faster (placement.py)
 
     def __post_init__(self):
         # Constructed directly (hybrid_trt.Options(...)) values are validated and normalised like dict options.
@@ -68,6 +70,7 @@ _DOCS = {
     "cache_dir": "a directory path (created when missing)",
     "cache_max_bytes": "int >= 1",
     "cuda_graphs": "bool",
+    "placement": f"one of {PLACEMENTS}",
 }
 
 
@@ -152,6 +155,8 @@ def _convert(key: str, value: Any) -> Any:
         return _as_choice(key, value, PRECISIONS)
     if key == "onnxruntime_provider":
         return _as_choice(key, value, ORT_PROVIDERS)
+    if key == "placement":
+        return _as_choice(key, value, PLACEMENTS)
     if key in ("strict", "print_report", "cache", "cuda_graphs"):
         return _as_bool(key, value)
     raise AssertionError(key)

@@ -24,7 +24,7 @@ class PartitionReport:
     ops: dict  # op name -> count
     input_shapes: list
     output_shapes: list
-    status: str = "delegated"  # delegated | fell back to Inductor
+    status: str = "delegated"  # delegated | fell back to Inductor | placed on Inductor (measured: placement.py)
     engines: list = dataclasses.field(default_factory=list)  # EngineRecord
     events: list = dataclasses.field(default_factory=list)  # fallbacks, bound reached, ...
     key: Optional[str] = None  # content key the stitched graph calls it by (engines/key.py)

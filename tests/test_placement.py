@@ -1,0 +1,226 @@
+"""Measured placement (hybrid_trt/placement.py): with placement="measured" a built partition stays delegated only
+where its engine is faster than Inductor's compile of the same partition; the timings are the recorded reason,
+the verdict is stored beside the engine (a new process reads it instead of timing again), and the output always
+matches eager."""
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+import torch
+import torch.nn as nn
+
+import hybrid_trt
+from hybrid_trt import placement
+from hybrid_trt.delegates.onnxruntime_delegate import OnnxRuntimeEngine
+from hybrid_trt.engines.store import EngineStore
+from hybrid_trt.options import make_options
+
+from _helpers import assert_close
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_MEASURED = re.compile(r"placement measured \((wall|device) time(, stored)?\): delegate ([0-9.]+) ms, "
+                       r"Inductor ([0-9.]+) ms per call; kept on (Inductor|the delegate)")
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.fc = nn.Linear(8, 4)
+
+    def forward(self, x):
+        y = torch.relu(self.conv(x))
+        return self.fc(y.mean(dim=(2, 3))).sigmoid()
+
+
+def _verdicts(report):
+    """(status, parsed measurement) per partition; each partition must carry exactly one measurement."""
+    out = []
+    for p in report.partitions:
+        found = [m for m in (_MEASURED.search(e) for e in p.events) if m]
+        assert len(found) == 1, p.events
+        out.append((p.status, found[0]))
+    return out
+
+
+def test_option_is_validated():
+    assert make_options({"placement": "measured"}).placement == "measured"
+    assert make_options({}, environ={"HYBRID_TRT_PLACEMENT": "measured"}).placement == "measured"
+    assert make_options({}).placement == "delegate"  # the default: what the user asked for, nothing timed
+    with pytest.raises(ValueError, match=r"placement.*'fastest'.*one of \('delegate', 'measured'\)"):
+        make_options({"placement": "fastest"})
+
+
+class _StubRuntime:
+    """A stand-in delegate engine with a known cost (the Inductor side is a real compile)."""
+
+    def __init__(self, key, delay_s, outputs):
+        self.key, self.delay_s, self.outputs, self.device, self.calls = key, delay_s, outputs, torch.device("cpu"), 0
+
+    def run(self, inputs, sizes):
+        self.calls += 1
+        if self.delay_s:
+            time.sleep(self.delay_s)
+        return self.outputs
+
+
+def _small_module():
+    class Mod(nn.Module):
+        def forward(self, x):
+            return (torch.relu(x) * 2 + 1,)
+    gm = torch.fx.symbolic_trace(Mod())
+    return gm, [torch.empty(4, 16)]
+
+
+@pytest.mark.parametrize("delay_s, placed", [(0.02, "inductor"), (0.0, "delegate")])
+def test_verdict_follows_the_timings_and_is_stored(tmp_path, delay_s, placed):
+    gm, metas = _small_module()
+    store = EngineStore(tmp_path / "store")
+    stub = _StubRuntime("k" * 64, delay_s, [torch.zeros(4, 16)])
+    verdict = placement.measure(stub, gm, metas, "wall", store)
+    assert verdict.placed == placed, verdict
+    assert stub.calls > placement._MIN_SAMPLES
+    if placed == "inductor":
+        assert verdict.delegate_ms >= 20.0 > verdict.inductor_ms * placement.MARGIN
+    else:
+        assert 0 < verdict.delegate_ms < verdict.inductor_ms  # an engine returning at once beats any compile
+    assert not verdict.stored
+    # a second measurement of the same engine reads the stored verdict: nothing runs
+    again = _StubRuntime(stub.key, delay_s, stub.outputs)
+    stored = placement.measure(again, gm, metas, "wall", EngineStore(tmp_path / "store"))
+    assert stored.stored and again.calls == 0
+    assert (stored.placed, stored.delegate_ms, stored.inductor_ms) == (placed, verdict.delegate_ms,
+                                                                       verdict.inductor_ms)
+    # another timing kind (device time under CUDA graphs) is another verdict
+    assert placement._verdict_key(stub.key, "wall") != placement._verdict_key(stub.key, "device")
+
+
+def test_measured_compile_matches_eager_and_records_its_reason():
+    model, x = Net().eval(), torch.randn(2, 3, 16, 16)
+    with torch.no_grad():
+        expected = model(x)
+        compiled = torch.compile(model, backend="hybrid_trt", options={"placement": "measured"})
+        out, again = compiled(x), compiled(x)
+    assert_close(out, expected)
+    assert_close(again, expected)
+    report = hybrid_trt.last_report()
+    assert report.partitions
+    for status, m in _verdicts(report):
+        delegate_ms, inductor_ms, kept = float(m.group(3)), float(m.group(4)), m.group(5)
+        assert (status == "placed on Inductor") == (kept == "Inductor"), (status, m.group(0))
+        assert (kept == "Inductor") == (inductor_ms * placement.MARGIN < delegate_ms), m.group(0)
+    moved = [p for p in report.partitions if p.status == "placed on Inductor"]
+    for p in moved:  # its ops are listed with the measurement as their reason
+        assert any(op.reason.startswith("placement measured") for op in report.inductor_ops)
+
+
+def test_default_times_nothing():
+    model, x = Net().eval(), torch.randn(2, 3, 16, 16)
+    with torch.no_grad():
+        torch.compile(model, backend="hybrid_trt")(x)
+    report = hybrid_trt.last_report()
+    assert report.partitions and all(p.status == "delegated" for p in report.partitions)
+    assert not any("placement" in e for p in report.partitions for e in p.events)
+
+
+def test_engine_failing_its_first_call_is_placed_on_inductor_at_compile_time(monkeypatch):
+    def broken(self, inputs):
+        raise RuntimeError("injected run failure")
+    monkeypatch.setattr(OnnxRuntimeEngine, "__call__", broken)
+    model, x = Net().eval(), torch.randn(2, 3, 16, 16)
+    with torch.no_grad():
+        expected = model(x)
+        out = torch.compile(model, backend="hybrid_trt", options={"placement": "measured"})(x)
+    assert_close(out, expected)
+    report = hybrid_trt.last_report()
+    assert report.partitions and all(p.status == "placed on Inductor" for p in report.partitions)
+    assert any("engine failed its first call" in op.reason for op in report.inductor_ops)
+
+
+def test_symbolic_partitions_are_not_timed():
+    model = Net().eval()
+    with torch.no_grad():
+        compiled = torch.compile(model, backend="hybrid_trt", dynamic=True, options={"placement": "measured"})
+        for batch in (2, 3):
+            x = torch.randn(batch, 3, 16, 16)
+            assert_close(compiled(x), model(x))
+    report = hybrid_trt.last_report()
+    assert report.partitions
+    assert all(any("placement not measured: symbolic shapes" in e for e in p.events) for p in report.partitions)
+    assert all(p.status == "delegated" for p in report.partitions)
+
+
+_CHILD = textwrap.dedent("""
+    import json, sys, torch
+    sys.path.insert(0, {tests!r})
+    import hybrid_trt
+    from test_placement import Net
+    model, x = Net().eval(), torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        out = torch.compile(model, backend="hybrid_trt", options={{"placement": "measured"}})(x)
+        err = float((out - model(x)).abs().max())
+    r = hybrid_trt.last_report()
+    print("RESULT " + json.dumps({{"err": err, "events": [e for p in r.partitions for e in p.events],
+                                  "status": [p.status for p in r.partitions],
+                                  "manifest": r.from_graph_manifest}}))
+""")
+
+
+def test_a_new_process_reads_the_stored_verdicts(tmp_path):
+    env = dict(os.environ, HYBRID_TRT_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=ROOT)
+    code = _CHILD.format(tests=os.path.join(ROOT, "tests"))
+    results = []
+    for _ in range(2):
+        done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        line = [ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")][-1]
+        results.append(json.loads(line[len("RESULT "):]))
+    first, second = results
+    assert first["err"] < 1e-4 and second["err"] < 1e-4
+    measured = [[m for m in map(_MEASURED.search, r["events"]) if m] for r in results]
+    assert measured[0] and all(m.group(2) is None for m in measured[0])  # timed in the first process
+    # not timed again in the second: the stored verdict was read, or the whole graph came from its manifest (which
+    # recorded the first process's report); either way the same timings to the microsecond
+    assert measured[1] and (second["manifest"] or all(m.group(2) == ", stored" for m in measured[1]))
+    assert [m.group(3, 4, 5) for m in measured[0]] == [m.group(3, 4, 5) for m in measured[1]]
+    assert first["status"] == second["status"]
+
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+
+@cuda
+def test_device_time_ignores_host_work():
+    """Under CUDA graphs only the kernels replay: a delegate whose cost is all host time (a 20 ms sleep, no kernel)
+    costs nothing there, and the device-time verdict keeps it, where the wall-time verdict moves it."""
+    gm, _ = _small_module()
+    metas = [torch.empty(4, 16, device="cuda")]
+    stub = _StubRuntime("d" * 64, 0.02, [torch.zeros(4, 16, device="cuda")])
+    stub.device = torch.device("cuda")
+    store = EngineStore(None)
+    device = placement.measure(stub, gm.cuda(), metas, "device", store)
+    wall = placement.measure(stub, gm.cuda(), metas, "wall", store)
+    assert device.placed == "delegate" and device.delegate_ms < 1.0, device
+    assert wall.placed == "inductor" and wall.delegate_ms >= 20.0, wall
+
+
+@cuda
+@pytest.mark.parametrize("cuda_graphs", [False, True])
+def test_measured_compile_on_cuda_matches_eager(cuda_graphs):
+    model, x = Net().eval().cuda(), torch.randn(2, 3, 16, 16, device="cuda")
+    with torch.no_grad():
+        expected = model(x)
+        compiled = torch.compile(model, backend="hybrid_trt",
+                                 options={"placement": "measured", "cuda_graphs": cuda_graphs})
+        outs = [compiled(x).clone() for _ in range(3)]
+    for out in outs:
+        assert_close(out, expected)
+    for status, m in _verdicts(hybrid_trt.last_report()):
+        assert m.group(1) == ("device" if cuda_graphs else "wall"), m.group(0)
+        assert (status == "placed on Inductor") == (m.group(5) == "Inductor")
