@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Device-call stages for the H200 (onnxruntime-gpu in /tmp/site, spconv in /tmp/spsite), run from a `git archive`
 # of the commit under test. Logs under $OUT/s4, returned as one tarball per stage.
-# Usage: scripts/gpu_session4.sh checks|sparse|cg|probe
+# Usage: scripts/gpu_session4.sh checks|sparse|cg|probe|conf
 set -uo pipefail
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 OUT=${OUT:-/tmp/out}
 export HYBRID_TRT_CACHE_DIR=/tmp/htrt-cache TORCHINDUCTOR_CACHE_DIR=/tmp/ind-cache
@@ -43,5 +43,17 @@ case ${1:-checks} in
       --budget-s ${4:-300} --grace-s 40 --out $L/cg_fp32.md > $L/cg_fp32.log 2>&1
     echo "cg fp32 rc=$?"; tail -14 $L/cg_fp32.md
     tar czf $OUT/s4_probe.tgz -C $OUT s4/lidar_probe.log s4/cg_fp32.md s4/cg_fp32.log
+    ;;
+  conf)  # conformance with measured placement on the models whose default rows were "slow" (runs C-F), two lanes
+    m="tv_convnext_tiny,tv_fcos_resnet50_fpn,tv_fasterrcnn_mobilenet_v3_large_320_fpn,tv_maskrcnn_resnet50_fpn,tv_resnet50"
+    for dt in float16 float32; do
+      (HYBRID_TRT_PLACEMENT=measured CONFORMANCE_LOG_DIR=$L/logs/mp_$dt timeout 520 python3 benchmarks/conformance.py \
+         --device cuda --dtype $dt --models "$m" --timeout 200 --latency-s 1 --budget-min 7.5 \
+         --note "H200; placement=measured (HYBRID_TRT_PLACEMENT); two lanes side by side" \
+         --out $L/conf_mp_$dt.md > $L/conf_mp_$dt.log 2>&1) &
+    done
+    wait
+    grep -hE "summary|FAILED|slow|MISMATCH" $L/conf_mp_*.md | cut -c1-300
+    tar czf $OUT/s4_conf.tgz -C $OUT s4/conf_mp_float16.md s4/conf_mp_float32.md s4/conf_mp_float16.log s4/conf_mp_float32.log
     ;;
 esac
