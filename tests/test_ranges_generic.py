@@ -217,3 +217,39 @@ def test_fpn_resize_reads_its_sizes_from_the_lateral_map(tmp_path, monkeypatch):
     producers = {o: n.op_type for n in model.graph.node for o in n.output}
     assert producers.get(resize.input[3]) == "Concat", _ops(model)
     assert "Shape" in _ops(model)
+
+
+class _Detector(nn.Module):
+    """The constructs above in one partition, as a small detector head would have them: the FPN step, a crop
+    from the end, a size-built coordinate ramp, a select from the end."""
+
+    def __init__(self):
+        super().__init__()
+        self.fpn = TopDown()
+
+    def forward(self, x):
+        p = self.fpn(x)[0]
+        ramp = torch.arange(p.shape[-1], dtype=p.dtype)
+        return (p[:, :, 1:] * ramp + p[:, :, -1:], F.interpolate(p, scale_factor=2, mode="bilinear",
+                                                                align_corners=True))
+
+
+def test_export_package_one_engine_for_the_range(tmp_path):
+    """hybrid_trt.export -> package (AOTInductor included) -> hybrid_trt.load: the partition has one engine for
+    the declared range, no per-shape reason, and the loaded package matches eager at min, opt, max and an
+    in-between shape it never listed."""
+    import hybrid_trt
+    torch.manual_seed(0)
+    model = _Detector().eval()
+    path = hybrid_trt.export(model, (torch.randn(2, 3, 8, 8),), dynamic_shapes=(SPATIAL,),
+                             options={"num_threads": 1}, path=tmp_path / "pkg")
+    loaded = hybrid_trt.load(path)
+    (part,) = [p for p in loaded.manifest["partitions"]]
+    assert part["ranges"] == ["[1..4]x3x[4..12]x[4..12]"] and part["per_shape_reason"] is None
+    assert part["signatures"] == []
+    for b, h, w in POINTS:
+        x = torch.randn(b, 3, h, w)
+        with torch.no_grad():
+            got, expected = loaded(x), model(x)
+        for g, e in zip(got, expected, strict=True):
+            torch.testing.assert_close(g, e, msg=lambda m: f"at {(b, h, w)}: {m}")
