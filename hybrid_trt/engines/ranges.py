@@ -4,9 +4,13 @@ Lowering is per concrete shape: every size is a number in the ONNX graph. A part
 its dynamic dimensions when lowering it at several shapes of the range gives the same graph except for the
 input and output dimensions that vary: same nodes, same attributes, same initializers by content. Then one ONNX
 model with symbolic dimensions (``dim_param``) serves the whole range: ONNX Runtime runs it at any size, and
-TensorRT builds it with one optimization profile (min/opt/max from the range). Where the graphs differ (a
-Reshape's target shape, an Expand, a Constant, a Slice bound that encodes a size), the partition keeps one
-engine per listed shape, and ``first_difference`` says which node made the difference.
+TensorRT builds it with one optimization profile (min/opt/max from the range). The lowerings write sizes from
+the partition's traced symbolic shapes where they can (Reshape/Expand targets: ``lowerings/ops/_util.py``;
+Slice bounds, Resize scales or sizes, size-built constants: ``lowerings/ops/_dims.py``), so most partitions
+lower to one graph. Where the graphs still differ (a Reshape target with two dynamic dims, an Expand of a
+size-1 dim to a dynamic size, a bound or size no tensor of the partition has, a split along a dynamic dim),
+the partition keeps one engine per listed shape, and ``first_difference`` says which node made the difference:
+this comparison, not the lowerings, is what guarantees that a range engine is the same graph at every sample.
 
 This module is pure computation on shapes and ONNX models (no delegate, no store): ``engines/runtime.py``
 lowers, compares, builds and stores; the TensorRT delegate reads the profile from the model's metadata.
