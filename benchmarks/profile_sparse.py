@@ -369,7 +369,34 @@ def compute_dispatch(device: str, reps: int = 200, rounds: int = 30) -> list[str
             t = _race(calls, device, reps, rounds)
         lines.append(f"| {mode} | " + " | ".join(f"{v:.1f}" for v in t.values())
                      + f" | {t['custom_op'] - t['torch.ops (Library)']:.1f} |")
+    if device == "cpu":
+        lines += ["", launcher_python(reps, rounds)]
     return lines
+
+
+def launcher_python(reps: int, rounds: int) -> str:
+    """The CUDA launcher's own Python (triton_gemm.conv_compute up to the
+    Triton launch, which is replaced by a no-op) on CPU tensors: 64 sites,
+    3x3x3 kernel, 8 channels. Triton's own launch cost is not in it."""
+    from hybrid_trt.plugins.sparse import triton_gemm
+
+    class NoLaunch:
+        def __getitem__(self, grid):
+            return lambda *args, **kwargs: None
+
+    feats = torch.randn(64, 8)
+    weight, bias = torch.randn(8, 3, 3, 3, 8), torch.randn(8)
+    nbr = torch.zeros(64, 27, dtype=torch.int32)
+    order = torch.arange(64, dtype=torch.int32)
+    kernel = triton_gemm._implicit_gemm_kernel
+    triton_gemm._implicit_gemm_kernel = NoLaunch()
+    try:
+        with torch.no_grad():
+            t = _race({"launcher": lambda: triton_gemm.conv_compute(feats, weight, nbr, bias, order)}, "cpu", reps,
+                      rounds)["launcher"]
+    finally:
+        triton_gemm._implicit_gemm_kernel = kernel
+    return f"CUDA launcher's Python per call (triton_gemm.conv_compute, Triton launch replaced by a no-op): {t:.1f} us"
 
 
 # ---------------------------------------------------------------- spconv 2.x
@@ -407,7 +434,8 @@ def machine(device: str) -> str:
         commit = "unknown"
     import triton
 
-    gpu = torch.cuda.get_device_name() if device == "cuda" else "none (CPU, Triton interpreter)"
+    interpreted = ", Triton interpreter" if os.environ.get("TRITON_INTERPRET") == "1" else ""
+    gpu = torch.cuda.get_device_name() if device == "cuda" else f"none (CPU{interpreted})"
     return (f"GPU: {gpu}; torch {torch.__version__}, triton {triton.__version__}, Python {platform.python_version()}, "
             f"CPU: {platform.processor() or platform.machine()} ({os.cpu_count()} logical); commit {commit}")
 

@@ -84,6 +84,12 @@ def check(device: str) -> int:
                         scale = 1.0 + (want.abs().max().item() if want.numel() else 0.0)
                         err = (got.float() - want).abs().max().item() if want.numel() else 0.0
                         good = got.dtype == dtype and got.shape == want.shape and err <= tol[dtype] * scale
+                        if b is not None and (c_in, c_out) == CHANNELS[0]:
+                            # The TensorRT plugin's entry point: the same kernel reading a [K, Cin, Cout] weight.
+                            kcc = G.conv_compute_kcc(args[0], G.weight_kcc(args[1]), ref_nbr, args[3],
+                                                     torch.empty_like(got), order[(c_in + 1) % 3])
+                            err_kcc = (kcc.float() - want).abs().max().item() if want.numel() else 0.0
+                            good = good and err_kcc <= tol[dtype] * scale
                         failures += not good
                         if not good or cname == "random":
                             print(f"  compute {c_in}->{c_out} {dtype} bias={b is not None} max_err={err:.3g} ok={good}")

@@ -57,12 +57,15 @@ _FORCE_TORCH = os.environ.get("HYBRID_TRT_SPARSE_TORCH_ONLY", "0") == "1"
 _LIB = torch.library.Library("hybrid_trt", "FRAGMENT")
 
 
+# Cached: an import statement costs about a microsecond even once the module is loaded.
+@functools.cache
 def _rulebook_kernels():
     from . import triton_rulebook
 
     return triton_rulebook
 
 
+@functools.cache
 def _gemm_kernels():
     from . import triton_gemm
 
@@ -289,6 +292,17 @@ sparse_rulebook_order = _define(
 
 
 def _check_compute(features, weight, nbr, bias, order=None):
+    # Every call: one test of the whole contract, and the itemised checks
+    # below (which say what is wrong) only when it fails.
+    fs, ws, ns = features.shape, weight.shape, nbr.shape
+    if (len(fs) == 2 and len(ws) == 5 and len(ns) == 2 and ws[4] == fs[1] and ns[1] == ws[1] * ws[2] * ws[3]
+            and (bias is None or bias.shape == ws[:1])
+            and (order is None or (order.shape == ns[:1] and order.dtype == torch.int32))):
+        return
+    _explain_compute(features, weight, nbr, bias, order)
+
+
+def _explain_compute(features, weight, nbr, bias, order):
     if order is not None and (order.dim() != 1 or order.shape[0] != nbr.shape[0] or order.dtype != torch.int32):
         raise ValueError(
             f"sparse_conv_compute: order must be an int32 permutation of the {nbr.shape[0]} rulebook rows, "

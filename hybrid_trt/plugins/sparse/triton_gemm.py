@@ -4,6 +4,9 @@ Each program owns a BLOCK_M x BLOCK_N output tile, walks the K kernel
 offsets, gathers the BLOCK_M input rows each offset reads (masked where
 inactive) and accumulates A @ W[k] in fp32. Offsets with no active
 neighbour in the tile are skipped, which is most of them in SubM layers.
+The weight is read in spconv's ``[Cout, kD, kH, kW, Cin]`` layout as the op
+receives it (no per-call transpose); the TensorRT plugin passes
+``[K, Cin, Cout]`` (``W_KCC``), which its engine transposes once at build.
 
 Imported lazily (first CUDA call, or explicitly by tests) because Triton's
 interpreter (``TRITON_INTERPRET=1``) must be enabled before ``@triton.jit``
@@ -14,6 +17,7 @@ compiled ahead of time for the TensorRT plugin (aot.py).
 
 from __future__ import annotations
 
+import functools
 import os
 
 import torch
@@ -37,6 +41,7 @@ def _implicit_gemm_kernel(
     HAS_ORDER: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     PRECISION: tl.constexpr,
+    W_KCC: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
@@ -66,11 +71,11 @@ def _implicit_gemm_kernel(
                     mask=valid[:, None] & c_mask[None, :],
                     other=0.0,
                 )
-                b = tl.load(
-                    w_ptr + (k * CIN + rc[:, None]).to(tl.int64) * COUT + rn[None, :],
-                    mask=c_mask[:, None] & n_mask[None, :],
-                    other=0.0,
-                )
+                if W_KCC:  # [K, Cin, Cout]: the TensorRT plugin's weight, transposed when the engine is built
+                    w_off = (k * CIN + rc[:, None]).to(tl.int64) * COUT + rn[None, :]
+                else:  # spconv's [Cout, K, Cin], read in place (Cin contiguous, like A's rows)
+                    w_off = (rn[None, :].to(tl.int64) * K + k) * CIN + rc[:, None]
+                b = tl.load(w_ptr + w_off, mask=c_mask[:, None] & n_mask[None, :], other=0.0)
                 acc = tl.dot(a, b, acc, input_precision=PRECISION)
     if HAS_BIAS:
         acc += tl.load(bias_ptr + rn, mask=n_mask, other=0.0).to(tl.float32)[None, :]
@@ -106,7 +111,8 @@ def _tuned_kernel(c_in: int, c_out: int):
     return _TUNED[key]
 
 
-def gemm_config(m: int, c_in: int, c_out: int) -> dict:
+@functools.lru_cache(maxsize=None)
+def _fixed_config(c_in: int, c_out: int) -> dict:
     """Tile sizes: tl.dot needs every dimension >= 16; wide output tiles reuse
     each gathered A tile across more output channels."""
     if _INTERPRET:
@@ -117,11 +123,49 @@ def gemm_config(m: int, c_in: int, c_out: int) -> dict:
     return dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=4 if block_n <= 64 else 8, num_stages=2)
 
 
+def gemm_config(m: int, c_in: int, c_out: int) -> dict:
+    """The tiles used without autotuning (and by the AOT kernel); a copy the caller may change."""
+    return dict(_fixed_config(c_in, c_out))
+
+
+# Everything a launch passes besides tensors and M (constexprs, tiles, warps,
+# stages), per everything that selects a compiled kernel: computed (or, with
+# autotuning, chosen by the autotuner) on the first call, then reused, so a
+# call skips the autotuner's per-call key building and this dict's assembly.
+_LAUNCH_KWARGS: dict = {}
+
+
 def weight_kcc(weight: torch.Tensor) -> torch.Tensor:
-    """spconv ``[Cout, kD, kH, kW, Cin]`` -> ``[K, Cin, Cout]``, so each W[k]
-    tile is a row-major B operand of the GEMM."""
+    """spconv ``[Cout, kD, kH, kW, Cin]`` -> ``[K, Cin, Cout]``, the layout the
+    TensorRT plugin takes (the lowering's transpose, folded at engine build)."""
     c_out, c_in = weight.shape[0], weight.shape[-1]
     return weight.reshape(c_out, -1, c_in).permute(1, 2, 0).contiguous()
+
+
+def _launch(features, weight, nbr, bias, out, order, allow_tf32: bool, w_kcc: bool) -> torch.Tensor:
+    M, K = nbr.shape
+    if M == 0:
+        return out
+    c_in, c_out = features.shape[1], out.shape[1]
+    precision = "tf32" if (allow_tf32 and features.dtype == torch.float32) else "ieee"
+    has_order, has_bias = order is not None, bias is not None
+    args = (features, weight, nbr, order.contiguous() if has_order else nbr, bias if has_bias else weight, M, out)
+    tuned = _AUTOTUNE and out.is_cuda
+    key = (c_in, c_out, K, features.dtype, weight.dtype, has_order, has_bias, precision, w_kcc, tuned)
+    kwargs = _LAUNCH_KWARGS.get(key)
+    if kwargs is None:
+        meta = dict(CIN=c_in, COUT=c_out, K=K, HAS_ORDER=has_order, HAS_BIAS=has_bias, PRECISION=precision,
+                    W_KCC=w_kcc)
+        if tuned:
+            tuner = _tuned_kernel(c_in, c_out)
+            tuner[lambda c: (triton.cdiv(M, c["BLOCK_M"]), triton.cdiv(c_out, c["BLOCK_N"]))](*args, **meta)
+            best = getattr(tuner, "best_config", None)
+            if best is not None:
+                _LAUNCH_KWARGS[key] = {**meta, **best.all_kwargs()}
+            return out
+        kwargs = _LAUNCH_KWARGS[key] = {**meta, **_fixed_config(c_in, c_out)}
+    _implicit_gemm_kernel[(triton.cdiv(M, kwargs["BLOCK_M"]), triton.cdiv(c_out, kwargs["BLOCK_N"]))](*args, **kwargs)
+    return out
 
 
 def conv_compute_kcc(
@@ -133,26 +177,8 @@ def conv_compute_kcc(
     order: torch.Tensor | None = None,
     allow_tf32: bool = False,
 ) -> torch.Tensor:
-    """Implicit GEMM into ``out`` with an already transposed weight."""
-    M, K = nbr.shape
-    _, c_in, c_out = w_kcc.shape
-    if M == 0:
-        return out
-    precision = "tf32" if (allow_tf32 and features.dtype == torch.float32) else "ieee"
-    nbr = nbr.contiguous()
-    args = (
-        features.contiguous(), w_kcc, nbr, order if order is not None else nbr,
-        bias if bias is not None else w_kcc, M, out,
-    )
-    meta = dict(CIN=c_in, COUT=c_out, K=K, HAS_ORDER=order is not None, HAS_BIAS=bias is not None, PRECISION=precision)
-    if _AUTOTUNE and out.is_cuda:
-        grid = lambda cfg: (triton.cdiv(M, cfg["BLOCK_M"]), triton.cdiv(c_out, cfg["BLOCK_N"]))  # noqa: E731
-        _tuned_kernel(c_in, c_out)[grid](*args, **meta)
-    else:
-        cfg = gemm_config(M, c_in, c_out)
-        grid = (triton.cdiv(M, cfg["BLOCK_M"]), triton.cdiv(c_out, cfg["BLOCK_N"]))
-        _implicit_gemm_kernel[grid](*args, **meta, **cfg)
-    return out
+    """Implicit GEMM into ``out`` with a ``[K, Cin, Cout]`` weight (the TensorRT plugin's)."""
+    return _launch(features.contiguous(), w_kcc.contiguous(), nbr.contiguous(), bias, out, order, allow_tf32, True)
 
 
 def conv_compute(
@@ -163,7 +189,11 @@ def conv_compute(
     order: torch.Tensor | None = None,
     allow_tf32: bool = False,
 ) -> torch.Tensor:
-    out = torch.empty((nbr.shape[0], weight.shape[0]), dtype=features.dtype, device=features.device)
-    w = weight_kcc(weight.to(features.dtype))
-    b = None if bias is None else bias.to(features.dtype).contiguous()
-    return conv_compute_kcc(features, w, nbr, b, out, order, allow_tf32)
+    """Implicit GEMM with spconv's ``[Cout, kD, kH, kW, Cin]`` weight read in
+    place: no per-call transpose (a copy kernel and an allocation)."""
+    dtype = features.dtype
+    out = torch.empty((nbr.shape[0], weight.shape[0]), dtype=dtype, device=features.device)
+    weight = weight.to(dtype).contiguous()
+    if bias is not None:
+        bias = bias.to(dtype).contiguous()
+    return _launch(features.contiguous(), weight, nbr.contiguous(), bias, out, order, allow_tf32, False)
