@@ -257,15 +257,25 @@ def _mask_key_kernel(nbr_ptr, key_ptr, M, K: tl.constexpr, KP: tl.constexpr, BIT
 
 
 def _grid(total: int, block: int = _BLOCK) -> tuple[int]:
-    return (triton.cdiv(total, block),)
+    # Not triton.cdiv: on the host that is a constexpr-function call, ~3 us each.
+    return (-(-total // block),)
+
+
+@functools.lru_cache(maxsize=None)
+def _row_tiles(K: int) -> tuple[int, int, int]:
+    """K padded to a power of two, rows per search / mask-key tile, mask-key kind."""
+    kp = triton.next_power_of_2(K)
+    return kp, max(1, 1024 // kp), _MASK_BITS if K <= 31 else _MASK_COUNT
 
 
 @functools.lru_cache(maxsize=None)
 def _kernel_shape(kernel_size: Triple) -> tuple[int, int, int, int]:
     """K, K padded to a power of two, rows per search tile, mask-key kind."""
     K = math.prod(kernel_size)
-    kp = triton.next_power_of_2(K)
-    return K, kp, max(1, 1024 // kp), _MASK_BITS if K <= 31 else _MASK_COUNT
+    return (K, *_row_tiles(K))
+
+
+_subm_padding = functools.lru_cache(maxsize=None)(subm_padding)
 
 
 @functools.lru_cache(maxsize=None)
@@ -358,7 +368,7 @@ def subm_rulebook(
     table = _hash_table(indices, shape)
     if mark:
         mark("search + mask keys")
-    _search(indices, table, nbr, shape, kernel_size, (1, 1, 1), subm_padding(kernel_size, dilation), dilation,
+    _search(indices, table, nbr, shape, kernel_size, (1, 1, 1), _subm_padding(kernel_size, dilation), dilation,
             mask_key=mask_key)
     if mark:
         mark("order (argsort)")
@@ -453,7 +463,6 @@ def mask_order(nbr: torch.Tensor) -> torch.Tensor:
     M, K = nbr.shape
     key = torch.empty((M,), dtype=torch.int32, device=nbr.device)
     if M:
-        kp = triton.next_power_of_2(K)
-        block_m = max(1, 1024 // kp)
+        kp, block_m, _ = _row_tiles(K)
         _mask_key_kernel[_grid(M, block_m)](nbr.contiguous(), key, M, K=K, KP=kp, BITS=K <= 31, BLOCK_M=block_m)
     return _order(key)
