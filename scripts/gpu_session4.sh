@@ -17,6 +17,8 @@ case ${1:-checks} in
     timeout 90 python3 scripts/gpu_range_resnet_check.py cuda > $L/range_resnet.log 2>&1; echo "range resnet rc=$?"
     grep RANGE $L/range_resnet.log | cut -c1-600
     timeout 60 python3 scripts/gpu_range_check.py > $L/range.log 2>&1; echo "range rc=$?"; grep RANGE $L/range.log | cut -c1-400
+    timeout 120 python3 scripts/gpu_range_generic_check.py cuda > $L/range_generic.log 2>&1; echo "range generic rc=$?"
+    tail -12 $L/range_generic.log | cut -c1-300
     tar czf $OUT/s4_checks.tgz -C $OUT s4
     ;;
   sparse)  # sparse layers and end to end against native spconv (nothing else on the GPU meanwhile)
