@@ -210,8 +210,8 @@ def _placement_summary(rep) -> str:
     kept = [p for p in rep.partitions if p.status == "delegated"]
     text = (f"{len(kept)} of {len(rep.partitions)} partitions delegated "
             f"({sum(p.op_count for p in kept)}/{sum(p.op_count for p in rep.partitions)} partitioned ops)")
-    details = [f"#{p.index} {e.split('):', 1)[-1].split(';')[0].strip()}" for p in moved for e in p.events
-               if e.startswith("placement measured")]
+    details = [f"#{p.index} {p.placement.split('):', 1)[-1].split(';')[0].strip()}" for p in moved
+               if p.placement]
     return text + (f"; moved to Inductor: {', '.join(details[:6])}" if details else "")
 
 

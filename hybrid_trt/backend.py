@@ -317,7 +317,7 @@ def _measured_placement(runtime: PartitionRuntime, module: fx.GraphModule, in_me
     if opts.placement != "measured":
         return None
     if symbolic:
-        preport.events.append("placement not measured: symbolic shapes (engines are built per shape at run time)")
+        preport.placement = "not measured: symbolic shapes (engines are built per shape at run time)"
         return None
     try:
         verdict = _placement.measure(runtime, module, in_metas, _placement.timing_kind(device, opts.cuda_graphs),
@@ -327,13 +327,13 @@ def _measured_placement(runtime: PartitionRuntime, module: fx.GraphModule, in_me
             return f"engine failed its first call at compile time ({preport.delegate})"
         if opts.strict:
             raise
-        preport.events.append(f"placement not measured: {type(e).__name__}: {e}")
+        preport.placement = f"not measured: {type(e).__name__}: {e}"
         logger.warning("hybrid_trt: partition %d (%s): placement not measured, it stays delegated: %s",
                        preport.index, preport.delegate, e)
         return None
     if preport.status != "delegated":
         return f"engine failed its first call at compile time ({preport.delegate})"
-    preport.events.append(f"placement {verdict.text()}")
+    preport.placement = verdict.text()
     logger.info("hybrid_trt: partition %d (%s, %d ops): placement %s", preport.index, preport.delegate,
                 preport.op_count, verdict.text())
     return f"placement {verdict.text()}" if verdict.placed == "inductor" else None

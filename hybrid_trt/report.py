@@ -28,6 +28,7 @@ class PartitionReport:
     engines: list = dataclasses.field(default_factory=list)  # EngineRecord
     events: list = dataclasses.field(default_factory=list)  # fallbacks, bound reached, ...
     key: Optional[str] = None  # content key the stitched graph calls it by (engines/key.py)
+    placement: Optional[str] = None  # placement="measured": the timings and the choice, or why not timed
 
     @property
     def build_seconds(self) -> float:
@@ -107,6 +108,8 @@ class CompileReport:
                 for e in p.engines:
                     lowered = f" (lowering {e.lower_seconds:.3f} s)" if e.lower_seconds else ""
                     lines.append(f"      engine [{_clip(e.signature)}]: {e.source} in {e.seconds:.3f} s{lowered}")
+                if p.placement:
+                    lines.append(f"      placement {p.placement}")
                 for e in p.events:
                     lines.append(f"      ! {e}")
         if self.inductor_ops:

@@ -23,7 +23,7 @@ from hybrid_trt.options import make_options
 from _helpers import assert_close
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_MEASURED = re.compile(r"placement measured \((wall|device) time(, stored)?\): delegate ([0-9.]+) ms, "
+_MEASURED = re.compile(r"measured \((wall|device) time(, stored)?\): delegate ([0-9.]+) ms, "
                        r"Inductor ([0-9.]+) ms per call; kept on (Inductor|the delegate)")
 
 
@@ -43,8 +43,8 @@ def _verdicts(report):
     """(status, parsed measurement) per partition; each partition must carry exactly one measurement."""
     out = []
     for p in report.partitions:
-        found = [m for m in (_MEASURED.search(e) for e in p.events) if m]
-        assert len(found) == 1, p.events
+        found = [m for m in [_MEASURED.search(p.placement or "")] if m]
+        assert len(found) == 1, p.placement
         out.append((p.status, found[0]))
     return out
 
@@ -117,7 +117,7 @@ def test_measured_compile_matches_eager_and_records_its_reason():
         assert (kept == "Inductor") == (inductor_ms * placement.MARGIN < delegate_ms), m.group(0)
     moved = [p for p in report.partitions if p.status == "placed on Inductor"]
     for p in moved:  # its ops are listed with the measurement as their reason
-        assert any(op.reason.startswith("placement measured") for op in report.inductor_ops)
+        assert any(op.reason == f"placement {p.placement}" for op in report.inductor_ops)
 
 
 def test_default_times_nothing():
@@ -126,7 +126,7 @@ def test_default_times_nothing():
         torch.compile(model, backend="hybrid_trt")(x)
     report = hybrid_trt.last_report()
     assert report.partitions and all(p.status == "delegated" for p in report.partitions)
-    assert not any("placement" in e for p in report.partitions for e in p.events)
+    assert all(p.placement is None for p in report.partitions)
 
 
 def test_engine_failing_its_first_call_is_placed_on_inductor_at_compile_time(monkeypatch):
@@ -152,7 +152,7 @@ def test_symbolic_partitions_are_not_timed():
             assert_close(compiled(x), model(x))
     report = hybrid_trt.last_report()
     assert report.partitions
-    assert all(any("placement not measured: symbolic shapes" in e for e in p.events) for p in report.partitions)
+    assert all(p.placement.startswith("not measured: symbolic shapes") for p in report.partitions)
     assert all(p.status == "delegated" for p in report.partitions)
 
 
@@ -166,7 +166,7 @@ _CHILD = textwrap.dedent("""
         out = torch.compile(model, backend="hybrid_trt", options={{"placement": "measured"}})(x)
         err = float((out - model(x)).abs().max())
     r = hybrid_trt.last_report()
-    print("RESULT " + json.dumps({{"err": err, "events": [e for p in r.partitions for e in p.events],
+    print("RESULT " + json.dumps({{"err": err, "events": [p.placement or "" for p in r.partitions],
                                   "status": [p.status for p in r.partitions],
                                   "manifest": r.from_graph_manifest}}))
 """)
@@ -224,3 +224,18 @@ def test_measured_compile_on_cuda_matches_eager(cuda_graphs):
     for status, m in _verdicts(hybrid_trt.last_report()):
         assert m.group(1) == ("device" if cuda_graphs else "wall"), m.group(0)
         assert (status == "placed on Inductor") == (m.group(5) == "Inductor")
+
+
+def test_export_takes_the_same_pass(tmp_path):
+    """Export runs the same placement pass: its package holds the engines of the partitions kept delegated, and
+    the loaded package matches eager."""
+    model, x = Net().eval(), torch.randn(2, 3, 16, 16)
+    with torch.no_grad():
+        path = hybrid_trt.export(model, (x,), options={"placement": "measured"}, path=str(tmp_path / "pkg"))
+        verdicts = _verdicts(hybrid_trt.last_report())
+        manifest = json.loads((tmp_path / "pkg" / "manifest.json").read_text())
+        loaded = hybrid_trt.load(path)
+        assert_close(loaded(x), model(x))
+    assert verdicts
+    kept = [v for v in verdicts if v[0] == "delegated"]
+    assert len(manifest["partitions"]) == len(kept)
