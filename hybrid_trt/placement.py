@@ -129,13 +129,15 @@ def _device_sampler(host_ms: float, device: torch.device) -> Callable:
     the events around it time its kernels back to back, as a CUDA graph replays them. (A delegate that
     synchronises at the end of its run waits for the spin, then the end event follows at once.)"""
     with torch.cuda.device(device):
+        torch.cuda._sleep(1000)  # its first launch loads the kernel: a calibration including that runs short
+        torch.cuda.synchronize(device)
         probe_start, probe_end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         probe_start.record()
-        torch.cuda._sleep(1_000_000)
+        torch.cuda._sleep(10_000_000)
         probe_end.record()
         probe_end.synchronize()
-        cycles_per_ms = 1_000_000 / max(probe_start.elapsed_time(probe_end), 1e-3)
-    spin = int(cycles_per_ms * (2 * host_ms + 0.2))
+        cycles_per_ms = 10_000_000 / max(probe_start.elapsed_time(probe_end), 1e-3)
+    spin = int(cycles_per_ms * (2 * host_ms + 1.0))
 
     def sample(fn):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

@@ -194,11 +194,17 @@ def conv_compute(
     order: torch.Tensor | None = None,
     allow_tf32: bool = False,
 ) -> torch.Tensor:
-    """Implicit GEMM with spconv's ``[Cout, kD, kH, kW, Cin]`` weight read in
-    place: no per-call transpose (a copy kernel and an allocation)."""
+    """Implicit GEMM with spconv's ``[Cout, kD, kH, kW, Cin]`` weight, read in
+    place in half precision (no per-call transpose: a copy kernel and an
+    allocation). fp32 takes the ``[K, Cin, Cout]`` copy: its FMA path reads the
+    in-place layout with a quarter more shared-memory loads, and on the H200
+    that made fp32 layers 1.1-1.9x spconv's time against 0.9-1.3x with the
+    copy (benchmarks/results/sparse_spconv_h200.md, session 4)."""
     dtype = features.dtype
     out = torch.empty((nbr.shape[0], weight.shape[0]), dtype=dtype, device=features.device)
-    weight = weight.to(dtype).contiguous()
+    weight = weight.to(dtype)
+    in_place = dtype != torch.float32
+    weight = weight.contiguous() if in_place else weight_kcc(weight)
     if bias is not None:
         bias = bias.to(dtype).contiguous()
-    return _launch(features.contiguous(), weight, nbr.contiguous(), bias, out, order, allow_tf32, False)
+    return _launch(features.contiguous(), weight, nbr.contiguous(), bias, out, order, allow_tf32, not in_place)
