@@ -239,3 +239,35 @@ def test_export_takes_the_same_pass(tmp_path):
     assert verdicts
     kept = [v for v in verdicts if v[0] == "delegated"]
     assert len(manifest["partitions"]) == len(kept)
+
+
+def test_partition_outside_cuda_graphs_is_judged_by_wall_time(monkeypatch):
+    """Under CUDA graphs the verdict compares device time; a partition that must stay outside the graphs pays its
+    host time at every call, so it is measured again by wall time and moved when Inductor wins that comparison."""
+    from hybrid_trt.delegates.onnxruntime_delegate import OnnxRuntimeDelegate
+    monkeypatch.setattr(OnnxRuntimeDelegate, "capture_unsafe_reason",
+                        lambda self, device, options: "injected: not capture-safe")
+    timings = []
+    real = placement.measure
+
+    def measure(runtime, module, metas, timing, store):
+        timings.append(timing)
+        verdict = real(runtime, module, metas, timing, store)
+        if timing == "wall":  # as if the delegate's host time lost it the comparison
+            return placement.Verdict("inductor", verdict.inductor_ms * 2, verdict.inductor_ms, "wall")
+        return placement.Verdict("delegate", verdict.delegate_ms, verdict.inductor_ms, timing)
+    monkeypatch.setattr(placement, "measure", measure)
+    monkeypatch.setattr(placement, "timing_kind", lambda device, cuda_graphs: "device" if cuda_graphs else "wall")
+    model, x = Net().eval(), torch.randn(2, 3, 16, 16)
+    with torch.no_grad():
+        expected = model(x)
+        out = torch.compile(model, backend="hybrid_trt", options={"placement": "measured", "cuda_graphs": True})(x)
+    assert_close(out, expected)
+    report = hybrid_trt.last_report()
+    assert timings == ["device", "wall"] * len(report.partitions), timings
+    for p in report.partitions:
+        assert p.status == "placed on Inductor", p
+        assert any("outside CUDA graphs: injected" in e for e in p.events), p.events
+        assert "(wall time" in p.placement and "kept on Inductor" in p.placement
+    assert report.inductor_ops and all("wall time" in op.reason for op in report.inductor_ops
+                                       if op.reason.startswith("placement"))
