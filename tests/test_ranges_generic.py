@@ -84,9 +84,9 @@ class SizedConstants(nn.Module):
     """Constants whose size is the input's: a position ramp, a concatenated channel of ones, a zeros_like."""
 
     def forward(self, x):
-        ramp = torch.arange(x.shape[-1], dtype=x.dtype)
-        rows = torch.arange(1, x.shape[2] + 1).to(x.dtype)
-        ones = torch.ones(x.shape[0], 1, x.shape[2], x.shape[3])
+        ramp = torch.arange(x.shape[-1], dtype=x.dtype, device=x.device)
+        rows = torch.arange(1, x.shape[2] + 1, device=x.device).to(x.dtype)
+        ones = torch.ones(x.shape[0], 1, x.shape[2], x.shape[3], device=x.device)
         return (x * ramp + rows[:, None], torch.cat([x, ones], 1) * 2, torch.zeros_like(x) + x * 3,
                 torch.full_like(x, 0.5) * x)
 
@@ -229,7 +229,7 @@ class _Detector(nn.Module):
 
     def forward(self, x):
         p = self.fpn(x)[0]
-        ramp = torch.arange(p.shape[-1], dtype=p.dtype)
+        ramp = torch.arange(p.shape[-1], dtype=p.dtype, device=p.device)
         return (p[:, :, 1:] * ramp + p[:, :, -1:], F.interpolate(p, scale_factor=2, mode="bilinear",
                                                                 align_corners=True))
 
