@@ -271,3 +271,23 @@ def test_partition_outside_cuda_graphs_is_judged_by_wall_time(monkeypatch):
         assert "(wall time" in p.placement and "kept on Inductor" in p.placement
     assert report.inductor_ops and all("wall time" in op.reason for op in report.inductor_ops
                                        if op.reason.startswith("placement"))
+
+
+def test_device_spin_ignores_first_call_costs(monkeypatch):
+    """The spin kernel that hides the host's enqueueing is sized from the warm-up calls' host time, but not from
+    the first call of either side: that one pays one-time work (kernel loads, ONNX Runtime's cold runs and cuDNN
+    algorithm search) that can take seconds, and a spin of twice that per sample made compiles take minutes."""
+    seen = []
+
+    def sampler(host_ms, device):
+        seen.append(host_ms)
+        return placement._wall_sampler(lambda: None)
+    monkeypatch.setattr(placement, "_device_sampler", sampler)
+    calls = []
+
+    def delegate():
+        calls.append(1)
+        if len(calls) == 1:
+            time.sleep(0.3)  # its first call's set-up
+    placement._time_pair(delegate, lambda: None, torch.device("cpu"), "device")
+    assert len(seen) == 1 and seen[0] < 100.0, seen
