@@ -86,6 +86,10 @@ def measure(runtime, module: torch.fx.GraphModule, input_metas: Sequence[torch.T
             compiled = compile_fx(module, inputs)
         delegate_ms, inductor_ms = _time_pair(lambda: runtime.run(inputs, ()), lambda: compiled(*inputs),
                                               runtime.device, timing)
+    report = getattr(runtime, "report", None)
+    if report is not None and report.status != "delegated":  # the first-call guard replaced the engine
+        raise RuntimeError("the engine failed its first call and fell back to Inductor: the delegate side timed "
+                           "was that fallback (no verdict stored)")
     placed = "inductor" if inductor_ms * MARGIN < delegate_ms else "delegate"
     verdict = Verdict(placed, delegate_ms, inductor_ms, timing)
     _store(store, key, verdict)

@@ -291,3 +291,25 @@ def test_device_spin_ignores_first_call_costs(monkeypatch):
             time.sleep(0.3)  # its first call's set-up
     placement._time_pair(delegate, lambda: None, torch.device("cpu"), "device")
     assert len(seen) == 1 and seen[0] < 100.0, seen
+
+
+def test_no_verdict_is_stored_for_an_engine_that_fell_back(tmp_path):
+    """An engine failing its first call inside the measurement falls back to Inductor (the first-call guard), so
+    the 'delegate' side timed is that fallback: its timing must not be stored as the engine's verdict (a later
+    process would read it and keep, or move, the partition on a measurement of something else)."""
+    class _Report:
+        status = "delegated"
+
+    class _FallingBack(_StubRuntime):
+        report = _Report()
+
+        def run(self, inputs, sizes):
+            self.report.status = "fell back to Inductor"  # what the first-call guard does on a failure
+            return super().run(inputs, sizes)
+
+    gm, metas = _small_module()
+    store = EngineStore(tmp_path / "store")
+    stub = _FallingBack("f" * 64, 0.0, [torch.zeros(4, 16)])
+    with pytest.raises(RuntimeError, match="fell back"):
+        placement.measure(stub, gm, metas, "wall", store)
+    assert placement._stored(store, placement._verdict_key(stub.key, "wall")) is None
