@@ -349,7 +349,8 @@ def _placed_outside_graphs(delegated: list, capture, opts: Options, store, repor
     kept = []
     for d in delegated:
         rt = d.runtime
-        if rt.key not in capture.uncapturable:
+        # (one whose verdict was by wall time already, e.g. on the CPU, is not timed again)
+        if rt.key not in capture.uncapturable or _placement.timing_kind(rt.device, opts.cuda_graphs) == "wall":
             kept.append(d)
             continue
         metas = [n.meta["val"] for n in d.extracted.tensor_inputs]

@@ -313,3 +313,27 @@ def test_no_verdict_is_stored_for_an_engine_that_fell_back(tmp_path):
     with pytest.raises(RuntimeError, match="fell back"):
         placement.measure(stub, gm, metas, "wall", store)
     assert placement._stored(store, placement._verdict_key(stub.key, "wall")) is None
+
+
+def test_a_wall_time_verdict_is_not_measured_again_outside_cuda_graphs(monkeypatch):
+    """Under CUDA graphs a CPU partition (never captured) was already judged by wall time: the pass for partitions
+    outside the graphs must not time it a second time (with caching off that is another Inductor compile and
+    half a second of timing per partition, and a second verdict that may contradict the first)."""
+    timings = []
+    real = placement.measure
+
+    def measure(runtime, module, metas, timing, store):
+        timings.append(timing)
+        verdict = real(runtime, module, metas, timing, store)
+        return placement.Verdict("delegate", verdict.delegate_ms, verdict.inductor_ms, timing)
+    monkeypatch.setattr(placement, "measure", measure)
+    model, x = Net().eval(), torch.randn(2, 3, 16, 16)
+    with torch.no_grad():
+        expected = model(x)
+        out = torch.compile(model, backend="hybrid_trt",
+                            options={"placement": "measured", "cuda_graphs": True, "cache": False})(x)
+    assert_close(out, expected)
+    report = hybrid_trt.last_report()
+    assert report.partitions and all(p.status == "delegated" for p in report.partitions)
+    assert any("outside CUDA graphs" in e for p in report.partitions for e in p.events)
+    assert timings == ["wall"] * len(report.partitions), timings
