@@ -24,7 +24,8 @@ its neighbours inside the whole graph, and the boundary copies either side. Part
 not measured (their engine is built per shape at run time) and stay delegated, with that said in the report.
 
 Verdicts are stored in the engine store beside the engine, under the engine's content key (which covers the
-versions and the GPU) and the timing kind, so a warm start does not time again. Timing noise makes the verdict a
+versions and the GPU), the timing kind and the settings Inductor's side runs under (TF32, CPU threads), so a warm
+start does not time again. Timing noise makes the verdict a
 property of the machine it ran on: an exported package keeps the export machine's placement.
 """
 from __future__ import annotations
@@ -70,7 +71,7 @@ def measure(runtime, module: torch.fx.GraphModule, input_metas: Sequence[torch.T
     """The verdict for a built static partition: read from ``store``, else timed (and stored).
 
     Raises when either side cannot run; the caller keeps the partition delegated and records why."""
-    key = _verdict_key(runtime.key, timing)
+    key = _verdict_key(runtime.key, timing, runtime.device)
     stored = _stored(store, key)
     if stored is not None:
         return stored
@@ -162,8 +163,13 @@ def _device_sampler(host_ms: float, device: torch.device) -> Callable:
     return sample
 
 
-def _verdict_key(engine_key: str, timing: str) -> str:
-    return hashlib.sha256(f"placement {MARGIN} {timing} {engine_key}".encode()).hexdigest()
+def _verdict_key(engine_key: str, timing: str, device: torch.device) -> str:
+    # Besides the engine's key: the process settings Inductor's side runs under and the engine's key does not hold
+    # (TF32 in fp32 matmuls and cuDNN convolutions; CPU kernels' thread count).
+    settings = f"matmul {torch.get_float32_matmul_precision()}"
+    settings += f" cudnn tf32 {torch.backends.cudnn.allow_tf32}" if device.type == "cuda" else \
+        f" threads {torch.get_num_threads()}"
+    return hashlib.sha256(f"placement {MARGIN} {timing} {settings} {engine_key}".encode()).hexdigest()
 
 
 def _stored(store, key: str) -> Optional[Verdict]:

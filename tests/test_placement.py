@@ -98,7 +98,8 @@ def test_verdict_follows_the_timings_and_is_stored(tmp_path, delay_s, placed):
     assert (stored.placed, stored.delegate_ms, stored.inductor_ms) == (placed, verdict.delegate_ms,
                                                                        verdict.inductor_ms)
     # another timing kind (device time under CUDA graphs) is another verdict
-    assert placement._verdict_key(stub.key, "wall") != placement._verdict_key(stub.key, "device")
+    assert (placement._verdict_key(stub.key, "wall", stub.device)
+            != placement._verdict_key(stub.key, "device", stub.device))
 
 
 def test_measured_compile_matches_eager_and_records_its_reason():
@@ -312,7 +313,7 @@ def test_no_verdict_is_stored_for_an_engine_that_fell_back(tmp_path):
     stub = _FallingBack("f" * 64, 0.0, [torch.zeros(4, 16)])
     with pytest.raises(RuntimeError, match="fell back"):
         placement.measure(stub, gm, metas, "wall", store)
-    assert placement._stored(store, placement._verdict_key(stub.key, "wall")) is None
+    assert placement._stored(store, placement._verdict_key(stub.key, "wall", stub.device)) is None
 
 
 def test_a_wall_time_verdict_is_not_measured_again_outside_cuda_graphs(monkeypatch):
@@ -337,3 +338,26 @@ def test_a_wall_time_verdict_is_not_measured_again_outside_cuda_graphs(monkeypat
     assert report.partitions and all(p.status == "delegated" for p in report.partitions)
     assert any("outside CUDA graphs" in e for p in report.partitions for e in p.events)
     assert timings == ["wall"] * len(report.partitions), timings
+
+
+def test_verdict_is_measured_again_under_other_matmul_settings(tmp_path):
+    """The Inductor side's speed depends on process settings the engine's key does not hold (TF32 for fp32
+    matmuls on a GPU, the thread count on the CPU): a verdict measured under other settings is not reused."""
+    gm, metas = _small_module()
+    store = EngineStore(tmp_path / "store")
+    stub = _StubRuntime("m" * 64, 0.0, [torch.zeros(4, 16)])
+    placement.measure(stub, gm, metas, "wall", store)
+    before, threads = torch.get_float32_matmul_precision(), torch.get_num_threads()
+    try:
+        torch.set_float32_matmul_precision("high" if before == "highest" else "highest")
+        again = _StubRuntime(stub.key, 0.0, stub.outputs)
+        assert not placement.measure(again, gm, metas, "wall", store).stored and again.calls
+        torch.set_float32_matmul_precision(before)
+        torch.set_num_threads(threads + 1)
+        third = _StubRuntime(stub.key, 0.0, stub.outputs)
+        assert not placement.measure(third, gm, metas, "wall", store).stored and third.calls
+    finally:
+        torch.set_float32_matmul_precision(before)
+        torch.set_num_threads(threads)
+    same = _StubRuntime(stub.key, 0.0, stub.outputs)  # the original settings: the stored verdict
+    assert placement.measure(same, gm, metas, "wall", store).stored and same.calls == 0
