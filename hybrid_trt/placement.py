@@ -107,7 +107,7 @@ def _example(meta: torch.Tensor, device: torch.device) -> torch.Tensor:
 def _time_pair(delegate: Callable, inductor: Callable, device: torch.device, timing: str) -> tuple:
     """Median milliseconds per call of each, sampled alternately (drift in the machine's load hits both)."""
     cuda = device.type == "cuda"
-    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    sync = (lambda: torch.cuda.synchronize(device)) if cuda else (lambda: None)  # its device, not the current one
     host_ms = []
     for fn in (delegate, inductor):
         for i in range(_WARMUP):
@@ -152,14 +152,15 @@ def _device_sampler(host_ms: float, device: torch.device) -> Callable:
     spin = int(cycles_per_ms * (2 * host_ms + 1.0))
 
     def sample(fn):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda.synchronize(device)
-        torch.cuda._sleep(spin)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end)
+        with torch.cuda.device(device):  # the spin and the events on its stream, whichever device is current
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda.synchronize(device)
+            torch.cuda._sleep(spin)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end)
     return sample
 
 

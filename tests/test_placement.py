@@ -361,3 +361,24 @@ def test_verdict_is_measured_again_under_other_matmul_settings(tmp_path):
         torch.set_num_threads(threads)
     same = _StubRuntime(stub.key, 0.0, stub.outputs)  # the original settings: the stored verdict
     assert placement.measure(same, gm, metas, "wall", store).stored and same.calls == 0
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")
+@pytest.mark.parametrize("timing", ["wall", "device"])
+def test_timing_on_a_device_that_is_not_the_current_one(timing):
+    """A partition on cuda:1 while cuda:0 is current: the synchronisation (wall time), and the spin and events
+    (device time), must be on cuda:1, else the partition's kernels are not inside what is timed."""
+    gm, _ = _small_module()
+
+    class _Spinning(_StubRuntime):
+        def run(self, inputs, sizes):
+            self.calls += 1
+            with torch.cuda.device(1):
+                torch.cuda._sleep(20_000_000)  # about 10 ms of kernel time at ~2 GHz
+            return self.outputs
+    stub = _Spinning("c" * 64, 0.0, [torch.zeros(4, 16, device="cuda:1")])
+    stub.device = torch.device("cuda:1")
+    with torch.cuda.device(0):
+        verdict = placement.measure(stub, gm.to("cuda:1"), [torch.empty(4, 16, device="cuda:1")], timing,
+                                    EngineStore(None))
+    assert verdict.delegate_ms > 3.0 and verdict.placed == "inductor", verdict
