@@ -82,7 +82,9 @@ def measure(runtime, module: torch.fx.GraphModule, input_metas: Sequence[torch.T
     # Inside the outer compile (Dynamo's fake mode and tracing context): this compile and these runs are real,
     # and must not touch the outer compile's context (AOTAutograd reads its parameters from it).
     with unset_fake_temporarily(), tracing(None), torch.no_grad():
-        inputs = [_example(m, runtime.device) for m in input_metas]
+        # A generator of its own: the user's random stream is left as it was (export does not restore it).
+        generator = torch.Generator(device=runtime.device).manual_seed(0)
+        inputs = [_example(m, runtime.device, generator) for m in input_metas]
         with inductor_config.patch({"triton.cudagraphs": False}):
             compiled = compile_fx(module, inputs)
         delegate_ms, inductor_ms = _time_pair(lambda: runtime.run(inputs, ()), lambda: compiled(*inputs),
@@ -97,10 +99,10 @@ def measure(runtime, module: torch.fx.GraphModule, input_metas: Sequence[torch.T
     return verdict
 
 
-def _example(meta: torch.Tensor, device: torch.device) -> torch.Tensor:
+def _example(meta: torch.Tensor, device: torch.device, generator: torch.Generator) -> torch.Tensor:
     shape = tuple(int(s) for s in meta.shape)
     if meta.dtype.is_floating_point or meta.dtype.is_complex:
-        return torch.randn(shape, device=device).to(meta.dtype)
+        return torch.randn(shape, device=device, generator=generator).to(meta.dtype)
     return torch.zeros(shape, dtype=meta.dtype, device=device)
 
 

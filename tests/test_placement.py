@@ -382,3 +382,16 @@ def test_timing_on_a_device_that_is_not_the_current_one(timing):
         verdict = placement.measure(stub, gm.to("cuda:1"), [torch.empty(4, 16, device="cuda:1")], timing,
                                     EngineStore(None))
     assert verdict.delegate_ms > 3.0 and verdict.placed == "inductor", verdict
+
+
+def test_measuring_leaves_the_users_random_stream_alone(tmp_path):
+    """Export does not restore the global random state the way torch.compile does; the measurement's random
+    inputs come from a generator of their own, so the user's next random numbers are the ones they would be."""
+    model, x = Net().eval(), torch.randn(2, 3, 16, 16)
+    torch.manual_seed(123)
+    expected_next = torch.rand(4)
+    torch.manual_seed(123)
+    with torch.no_grad():
+        hybrid_trt.export(model, (x,), options={"placement": "measured"}, path=str(tmp_path / "pkg"))
+    assert any(p.placement and p.placement.startswith("measured") for p in hybrid_trt.last_report().partitions)
+    assert torch.equal(torch.rand(4), expected_next)
