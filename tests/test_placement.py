@@ -395,3 +395,12 @@ def test_measuring_leaves_the_users_random_stream_alone(tmp_path):
         hybrid_trt.export(model, (x,), options={"placement": "measured"}, path=str(tmp_path / "pkg"))
     assert any(p.placement and p.placement.startswith("measured") for p in hybrid_trt.last_report().partitions)
     assert torch.equal(torch.rand(4), expected_next)
+
+
+def test_export_refuses_cuda_graphs():
+    """A package never replays CUDA graphs; an export asked for them says so instead of ignoring the setting (and
+    measured placement would otherwise time device time for replays that never happen)."""
+    from hybrid_trt.export.api import ExportError
+    with pytest.raises(ExportError, match="cuda_graphs is a torch.compile setting"):
+        hybrid_trt.export(Net().eval(), (torch.randn(2, 3, 16, 16),), options={"cuda_graphs": True},
+                          path="/nonexistent/never-written")

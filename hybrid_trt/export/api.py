@@ -77,6 +77,9 @@ def export(model: torch.nn.Module, example_inputs, *, dynamic_shapes=None, shape
         dynamic_shapes = _derived_dynamic_shapes(cases, names)
     export_args = max(cases, key=lambda c: sum(t.numel() for t in c)) if dynamic_shapes is not None else args
     opts = make_options(options)
+    if opts.cuda_graphs:  # (also read by placement="measured", which would time for replays that never happen)
+        raise ExportError("hybrid_trt.export: cuda_graphs is a torch.compile setting; a package runs its graph through "
+                          "AOTInductor without CUDA graphs. Drop cuda_graphs (and HYBRID_TRT_CUDA_GRAPHS) for export")
     path = pathlib.Path(path)
     staging = pkg.staging_dir(path)
     try:
