@@ -91,7 +91,9 @@ def hybrid_trt_backend(gm: fx.GraphModule, example_inputs, options=None, mode=No
         # its FX-graph cache (and with it the AOTAutograd cache).
         kwargs.pop("get_decomp_fn", None)
         capture = cudagraphs.plan_capture(delegated, opts)  # which partitions stay outside CUDA graphs
-        delegated = _placed_outside_graphs(delegated, capture, opts, store, report)
+        if opts.placement == "measured":
+            delegated = _placement.rejudge_outside_graphs(delegated, capture, opts.cuda_graphs, opts.strict, store,
+                                                          report)
         compiled_graphs: list = []  # each graph Inductor compiled without raising; the last is the one returned
         compiled, kept = compile_stitched(
             delegated, stitch=lambda parts: capture.apply(_stitched(aten_gm, parts, aot_inputs, report)),
@@ -296,8 +298,9 @@ def _hybrid_graph(gm: fx.GraphModule, weights: dict, n_dynamo_inputs: int, opts:
                 if classify(n) is NodeKind.OP:
                     reasons[n] = f"build failed ({part.delegate})"
             continue
-        why = _measured_placement(runtime, ex.module, in_metas, symbolic,
-                                  _placement.timing_kind(device, opts.cuda_graphs), opts, store, preport)
+        why = None if opts.placement != "measured" else _placement.decide(
+            runtime, ex.module, in_metas, symbolic, _placement.timing_kind(device, opts.cuda_graphs), opts.strict,
+            store, preport)
         if why is not None:
             preport.status = "placed on Inductor"
             for n in part.nodes:
@@ -310,59 +313,6 @@ def _hybrid_graph(gm: fx.GraphModule, weights: dict, n_dynamo_inputs: int, opts:
         keep_traced_strides(gm, d.nodes, d.extracted.outputs)
     report.partition_seconds = time.perf_counter() - t0
     return delegated
-
-
-def _measured_placement(runtime: PartitionRuntime, module: fx.GraphModule, in_metas: list, symbolic: bool,
-                        timing: str, opts: Options, store, preport: PartitionReport):
-    """With ``placement="measured"``: why the built partition goes to Inductor instead (placement.py), or None
-    (it stays delegated; the timings are in its report row either way)."""
-    if opts.placement != "measured":
-        return None
-    if symbolic:
-        preport.placement = "not measured: symbolic shapes (engines are built per shape at run time)"
-        return None
-    try:
-        verdict = _placement.measure(runtime, module, in_metas, timing, store)
-    except Exception as e:  # noqa: BLE001 - the partition stays with its delegate; the report says why
-        if preport.status != "delegated":  # its engine failed the first call (and fell back): route it now
-            return f"engine failed its first call at compile time ({preport.delegate})"
-        if opts.strict:
-            raise
-        preport.placement = f"not measured: {type(e).__name__}: {e}"
-        logger.warning("hybrid_trt: partition %d (%s): placement not measured, it stays delegated: %s",
-                       preport.index, preport.delegate, e)
-        return None
-    if preport.status != "delegated":
-        return f"engine failed its first call at compile time ({preport.delegate})"
-    preport.placement = verdict.text()
-    logger.info("hybrid_trt: partition %d (%s, %d ops): placement %s", preport.index, preport.delegate,
-                preport.op_count, verdict.text())
-    return f"placement {verdict.text()}" if verdict.placed == "inductor" else None
-
-
-def _placed_outside_graphs(delegated: list, capture, opts: Options, store, report: CompileReport) -> list:
-    """Measured placement under CUDA graphs compared device time, as if every partition were replayed. One that
-    must run outside the graphs (``capture.uncapturable``) pays its host time at every call: it is timed again by
-    wall time, and goes to Inductor (inside the graphs) when Inductor wins that comparison."""
-    if opts.placement != "measured" or not capture.uncapturable:
-        return delegated
-    kept = []
-    for d in delegated:
-        rt = d.runtime
-        # (one whose verdict was by wall time already, e.g. on the CPU, is not timed again)
-        if rt.key not in capture.uncapturable or _placement.timing_kind(rt.device, opts.cuda_graphs) == "wall":
-            kept.append(d)
-            continue
-        metas = [n.meta["val"] for n in d.extracted.tensor_inputs]
-        why = _measured_placement(rt, d.extracted.module, metas, rt.symbolic, "wall", opts, store, d.report)
-        if why is None:
-            kept.append(d)
-            continue
-        capture.uncapturable.pop(rt.key)
-        d.report.status = "placed on Inductor"
-        report.inductor_ops.extend(InductorOp(n.name, op_name(n), why) for n in d.nodes
-                                   if classify(n) is NodeKind.OP)
-    return kept
 
 
 def _stitched(gm: fx.GraphModule, delegated: list, aot_inputs, report: CompileReport) -> fx.GraphModule:

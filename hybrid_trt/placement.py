@@ -13,7 +13,7 @@ partition's FX module alone, on inputs of its traced shapes (random floats, zero
 range for any non-empty dimension). On a GPU under CUDA graphs the host's launch work disappears at replay, so
 there the *device* time is compared (a spin kernel queued first keeps the GPU busy while the host enqueues, and
 events around the call time its kernels alone; a partition that must run outside the graphs is timed again by
-wall time, backend.py); otherwise the wall time of a synchronised call. The device time of an uncaptured ONNX
+wall time, ``rejudge_outside_graphs``); otherwise the wall time of a synchronised call. The device time of an uncaptured ONNX
 Runtime run came out above its replayed time (H200: EfficientNet-B0's whole-model partition 1.26 ms against 0.77
 ms for ONNX Runtime's own CUDA graph of the model), probably host time let in where the run synchronises: a
 partition that is only slightly faster on the delegate can be moved to Inductor. Inductor is
@@ -39,6 +39,8 @@ from typing import Callable, Optional, Sequence
 import torch
 
 from .log import logger
+from .partitioner.capability import NodeKind, classify, op_name
+from .report import InductorOp
 
 MARGIN = 1.05  # Inductor must be this much faster to take a partition from its delegate
 _WARMUP = 3
@@ -60,6 +62,58 @@ class Verdict:
         faster = "Inductor" if self.placed == "inductor" else "the delegate"
         return (f"measured ({self.timing} time{', stored' if self.stored else ''}): delegate "
                 f"{self.delegate_ms:.3f} ms, Inductor {self.inductor_ms:.3f} ms per call; kept on {faster}")
+
+
+def decide(runtime, module: torch.fx.GraphModule, in_metas: list, symbolic: bool, timing: str, strict: bool,
+           store, preport) -> Optional[str]:
+    """Why the built partition goes to Inductor instead, or None (it stays delegated). The timings, or why there
+    are none, go to its report row (``preport.placement``) either way."""
+    if symbolic:
+        preport.placement = "not measured: symbolic shapes (engines are built per shape at run time)"
+        return None
+    try:
+        verdict = measure(runtime, module, in_metas, timing, store)
+    except Exception as e:  # noqa: BLE001 - the partition stays with its delegate; the report says why
+        if preport.status != "delegated":  # its engine failed the first call (and fell back): route it now
+            return f"engine failed its first call at compile time ({preport.delegate})"
+        if strict:
+            raise
+        preport.placement = f"not measured: {type(e).__name__}: {e}"
+        logger.warning("hybrid_trt: partition %d (%s): placement not measured, it stays delegated: %s",
+                       preport.index, preport.delegate, e)
+        return None
+    if preport.status != "delegated":
+        return f"engine failed its first call at compile time ({preport.delegate})"
+    preport.placement = verdict.text()
+    logger.info("hybrid_trt: partition %d (%s, %d ops): placement %s", preport.index, preport.delegate,
+                preport.op_count, verdict.text())
+    return f"placement {verdict.text()}" if verdict.placed == "inductor" else None
+
+
+def rejudge_outside_graphs(delegated: list, capture, cuda_graphs: bool, strict: bool, store, report) -> list:
+    """Under CUDA graphs ``decide`` compared device time, as if every partition were replayed. One that must run
+    outside the graphs (``capture.uncapturable``) pays its host time at every call: it is timed again by wall
+    time, and goes to Inductor (inside the graphs) when Inductor wins that comparison. Returns the partitions that
+    stay delegated."""
+    if not capture.uncapturable:
+        return delegated
+    kept = []
+    for d in delegated:
+        rt = d.runtime
+        # (one whose verdict was by wall time already, e.g. on the CPU, is not timed again)
+        if rt.key not in capture.uncapturable or timing_kind(rt.device, cuda_graphs) == "wall":
+            kept.append(d)
+            continue
+        metas = [n.meta["val"] for n in d.extracted.tensor_inputs]
+        why = decide(rt, d.extracted.module, metas, rt.symbolic, "wall", strict, store, d.report)
+        if why is None:
+            kept.append(d)
+            continue
+        capture.uncapturable.pop(rt.key)
+        d.report.status = "placed on Inductor"
+        report.inductor_ops.extend(InductorOp(n.name, op_name(n), why) for n in d.nodes
+                                   if classify(n) is NodeKind.OP)
+    return kept
 
 
 def timing_kind(device: torch.device, cuda_graphs: bool) -> str:
