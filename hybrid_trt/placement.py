@@ -13,10 +13,10 @@ partition's FX module alone, on inputs of its traced shapes (random floats, zero
 range for any non-empty dimension). On a GPU under CUDA graphs the host's launch work disappears at replay, so
 there the *device* time is compared (a spin kernel queued first keeps the GPU busy while the host enqueues, and
 events around the call time its kernels alone; a partition that must run outside the graphs is timed again by
-wall time, ``rejudge_outside_graphs``); otherwise the wall time of a synchronised call. The device time of an uncaptured ONNX
-Runtime run came out above its replayed time (H200: EfficientNet-B0's whole-model partition 1.26 ms against 0.77
-ms for ONNX Runtime's own CUDA graph of the model), probably host time let in where the run synchronises: a
-partition that is only slightly faster on the delegate can be moved to Inductor. Inductor is
+wall time, ``rejudge_outside_graphs``); otherwise the wall time of a synchronised call. The device time of an
+uncaptured ONNX Runtime run came out above its replayed time (H200: EfficientNet-B0's whole-model partition 1.26
+ms against 0.77 ms for ONNX Runtime's own CUDA graph of the model), probably host time let in where the run
+synchronises: a partition that is only slightly faster on the delegate can be moved to Inductor. Inductor is
 chosen only when it beats the delegate by ``MARGIN``: a near tie stays with the delegate the user asked for.
 
 What it does not see (so the choice can be wrong by about the size of these): Inductor fusing the partition with
