@@ -49,6 +49,11 @@ _MAX_SAMPLES = 60
 _BUDGET_S = 0.5  # per partition, both callables together, after warm-up
 
 
+class InductorSideFailed(RuntimeError):
+    """The partition could not be timed on Inductor's side: the delegate keeps it, whatever ``strict`` says (strict
+    is about delegates failing)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Verdict:
     """The measured choice for one partition: ``placed`` is "delegate" or "inductor"."""
@@ -76,7 +81,7 @@ def decide(runtime, module: torch.fx.GraphModule, in_metas: list, symbolic: bool
     except Exception as e:  # noqa: BLE001 - the partition stays with its delegate; the report says why
         if preport.status != "delegated":  # its engine failed the first call (and fell back): route it now
             return f"engine failed its first call at compile time ({preport.delegate})"
-        if strict:
+        if strict and not isinstance(e, InductorSideFailed):
             raise
         preport.placement = f"not measured: {type(e).__name__}: {e}"
         logger.warning("hybrid_trt: partition %d (%s): placement not measured, it stays delegated: %s",
@@ -139,8 +144,12 @@ def measure(runtime, module: torch.fx.GraphModule, input_metas: Sequence[torch.T
         # A generator of its own: the user's random stream is left as it was (export does not restore it).
         generator = torch.Generator(device=runtime.device).manual_seed(0)
         inputs = [_example(m, runtime.device, generator) for m in input_metas]
-        with inductor_config.patch({"triton.cudagraphs": False}):
-            compiled = compile_fx(module, inputs)
+        try:
+            with inductor_config.patch({"triton.cudagraphs": False}):
+                compiled = compile_fx(module, inputs)
+        except Exception as e:  # noqa: BLE001 - no comparison to make; not the delegate's failure
+            raise InductorSideFailed(f"Inductor could not compile the partition alone: {type(e).__name__}: {e}") \
+                from e
         delegate_ms, inductor_ms = _time_pair(lambda: runtime.run(inputs, ()), lambda: compiled(*inputs),
                                               runtime.device, timing)
     report = getattr(runtime, "report", None)

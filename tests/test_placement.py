@@ -404,3 +404,26 @@ def test_export_refuses_cuda_graphs():
     with pytest.raises(ExportError, match="cuda_graphs is a torch.compile setting"):
         hybrid_trt.export(Net().eval(), (torch.randn(2, 3, 16, 16),), options={"cuda_graphs": True},
                           path="/nonexistent/never-written")
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_inductor_failing_on_its_side_keeps_the_delegate(monkeypatch, strict):
+    """When Inductor cannot compile the partition alone there is nothing to compare: the partition stays with its
+    delegate, the report says why, and strict=True (which is about delegates failing) does not fail the compile."""
+    import torch._inductor.compile_fx as compile_fx_module
+    real = compile_fx_module.compile_fx
+
+    def compile_fx(gm, inputs, *args, **kwargs):
+        if kwargs.get("inner_compile") is None:  # the measurement's own compile (the backend passes its own)
+            raise RuntimeError("injected Inductor failure")
+        return real(gm, inputs, *args, **kwargs)
+    monkeypatch.setattr(compile_fx_module, "compile_fx", compile_fx)
+    model, x = Net().eval(), torch.randn(2, 3, 16, 16)
+    with torch.no_grad():
+        expected = model(x)
+        out = torch.compile(model, backend="hybrid_trt", options={"placement": "measured", "strict": strict})(x)
+    assert_close(out, expected)
+    report = hybrid_trt.last_report()
+    assert report.partitions and all(p.status == "delegated" for p in report.partitions)
+    assert all(p.placement.startswith("not measured: InductorSideFailed") and "injected Inductor failure"
+               in p.placement for p in report.partitions), [p.placement for p in report.partitions]
