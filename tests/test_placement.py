@@ -39,6 +39,16 @@ class Net(nn.Module):
         return self.fc(y.mean(dim=(2, 3))).sigmoid()
 
 
+def _compiled_report(options):
+    """Net compiled with ``options``, its output checked against eager; the compile's report."""
+    model, x = Net().eval(), torch.randn(2, 3, 16, 16)
+    with torch.no_grad():
+        expected = model(x)
+        out = torch.compile(model, backend="hybrid_trt", options=options)(x)
+    assert_close(out, expected)
+    return hybrid_trt.last_report()
+
+
 def _verdicts(report):
     """(status, parsed measurement) per partition; each partition must carry exactly one measurement."""
     out = []
@@ -134,12 +144,7 @@ def test_engine_failing_its_first_call_is_placed_on_inductor_at_compile_time(mon
     def broken(self, inputs):
         raise RuntimeError("injected run failure")
     monkeypatch.setattr(OnnxRuntimeEngine, "__call__", broken)
-    model, x = Net().eval(), torch.randn(2, 3, 16, 16)
-    with torch.no_grad():
-        expected = model(x)
-        out = torch.compile(model, backend="hybrid_trt", options={"placement": "measured"})(x)
-    assert_close(out, expected)
-    report = hybrid_trt.last_report()
+    report = _compiled_report({"placement": "measured"})
     assert report.partitions and all(p.status == "placed on Inductor" for p in report.partitions)
     assert any("engine failed its first call" in op.reason for op in report.inductor_ops)
 
@@ -259,12 +264,7 @@ def test_partition_outside_cuda_graphs_is_judged_by_wall_time(monkeypatch):
         return placement.Verdict("delegate", verdict.delegate_ms, verdict.inductor_ms, timing)
     monkeypatch.setattr(placement, "measure", measure)
     monkeypatch.setattr(placement, "timing_kind", lambda device, cuda_graphs: "device" if cuda_graphs else "wall")
-    model, x = Net().eval(), torch.randn(2, 3, 16, 16)
-    with torch.no_grad():
-        expected = model(x)
-        out = torch.compile(model, backend="hybrid_trt", options={"placement": "measured", "cuda_graphs": True})(x)
-    assert_close(out, expected)
-    report = hybrid_trt.last_report()
+    report = _compiled_report({"placement": "measured", "cuda_graphs": True})
     assert timings == ["device", "wall"] * len(report.partitions), timings
     for p in report.partitions:
         assert p.status == "placed on Inductor", p
@@ -328,13 +328,7 @@ def test_a_wall_time_verdict_is_not_measured_again_outside_cuda_graphs(monkeypat
         verdict = real(runtime, module, metas, timing, store)
         return placement.Verdict("delegate", verdict.delegate_ms, verdict.inductor_ms, timing)
     monkeypatch.setattr(placement, "measure", measure)
-    model, x = Net().eval(), torch.randn(2, 3, 16, 16)
-    with torch.no_grad():
-        expected = model(x)
-        out = torch.compile(model, backend="hybrid_trt",
-                            options={"placement": "measured", "cuda_graphs": True, "cache": False})(x)
-    assert_close(out, expected)
-    report = hybrid_trt.last_report()
+    report = _compiled_report({"placement": "measured", "cuda_graphs": True, "cache": False})
     assert report.partitions and all(p.status == "delegated" for p in report.partitions)
     assert any("outside CUDA graphs" in e for p in report.partitions for e in p.events)
     assert timings == ["wall"] * len(report.partitions), timings
@@ -418,12 +412,7 @@ def test_inductor_failing_on_its_side_keeps_the_delegate(monkeypatch, strict):
             raise RuntimeError("injected Inductor failure")
         return real(gm, inputs, *args, **kwargs)
     monkeypatch.setattr(compile_fx_module, "compile_fx", compile_fx)
-    model, x = Net().eval(), torch.randn(2, 3, 16, 16)
-    with torch.no_grad():
-        expected = model(x)
-        out = torch.compile(model, backend="hybrid_trt", options={"placement": "measured", "strict": strict})(x)
-    assert_close(out, expected)
-    report = hybrid_trt.last_report()
+    report = _compiled_report({"placement": "measured", "strict": strict})
     assert report.partitions and all(p.status == "delegated" for p in report.partitions)
     assert all(p.placement.startswith("not measured: InductorSideFailed") and "injected Inductor failure"
                in p.placement for p in report.partitions), [p.placement for p in report.partitions]
