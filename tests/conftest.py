@@ -18,6 +18,23 @@ import hybrid_trt  # noqa: E402,F401  (registers the backend)
 torch.set_num_threads(min(2, torch.get_num_threads()))
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _run_local_compiler_caches(tmp_path_factory):
+    """Inductor's and Triton's caches live in this run's temporary directory, which pytest removes when the run
+    passes (tmp_path_retention_policy in pytest.ini) and prunes after a failed one. Their default places are
+    shared by every run on the machine, and every test's new engine store means new Inductor entries: on a CI
+    machine that keeps /tmp between runs they grew until the disk was full and the suite failed with ENOSPC."""
+    from torch._inductor.utils import clear_caches
+
+    root = tmp_path_factory.mktemp("compiler_caches")
+    patch = pytest.MonkeyPatch()
+    patch.setenv("TORCHINDUCTOR_CACHE_DIR", str(root / "inductor"))
+    patch.setenv("TRITON_CACHE_DIR", str(root / "triton"))
+    clear_caches()  # nothing in memory may still point at the old directory
+    yield
+    patch.undo()
+
+
 @pytest.fixture(autouse=True)
 def _own_engine_cache(tmp_path, monkeypatch):
     """Every test gets an empty engine store, so a test's builds, fallbacks and injected failures are its own (and
