@@ -91,9 +91,6 @@ def hybrid_trt_backend(gm: fx.GraphModule, example_inputs, options=None, mode=No
         # its FX-graph cache (and with it the AOTAutograd cache).
         kwargs.pop("get_decomp_fn", None)
         capture = cudagraphs.plan_capture(delegated, opts)  # which partitions stay outside CUDA graphs
-        if opts.placement == "measured":
-            delegated = _placement.rejudge_outside_graphs(delegated, capture, opts.cuda_graphs, opts.strict, store,
-                                                          report)
         compiled_graphs: list = []  # each graph Inductor compiled without raising; the last is the one returned
         compiled, kept = compile_stitched(
             delegated, stitch=lambda parts: capture.apply(_stitched(aten_gm, parts, aot_inputs, report)),
@@ -267,7 +264,7 @@ def _hybrid_graph(gm: fx.GraphModule, weights: dict, n_dynamo_inputs: int, opts:
     delegate_objs = [_delegates.get_delegate(n) for n in opts.resolved_delegates()]
     plan = partition_graph(gm.graph, delegate_objs, opts.min_block_size, opts.force_inductor_ops, frozenset(constants))
     reasons = dict(plan.inductor_reasons)
-    delegated: list[_Delegated] = []
+    built: list = []  # (partition, extracted, runtime, placement candidate)
     for k, part in enumerate(plan.partitions):
         ex = extract(part, constants)
         views_to_reshapes(ex.module)  # its inputs may arrive with other strides than traced
@@ -298,16 +295,18 @@ def _hybrid_graph(gm: fx.GraphModule, weights: dict, n_dynamo_inputs: int, opts:
                 if classify(n) is NodeKind.OP:
                     reasons[n] = f"build failed ({part.delegate})"
             continue
-        why = None if opts.placement != "measured" else _placement.decide(
-            runtime, ex.module, in_metas, symbolic, _placement.timing_kind(device, opts.cuda_graphs), opts.strict,
-            store, preport)
+        built.append((part, ex, runtime, _placement.Candidate(runtime, ex.module, in_metas, symbolic, preport)))
+    whys = [None] * len(built) if opts.placement != "measured" else _placement.place(
+        [c for *_, c in built], opts.cuda_graphs, opts.strict, store)
+    delegated: list[_Delegated] = []
+    for (part, ex, runtime, candidate), why in zip(built, whys):
         if why is not None:
-            preport.status = "placed on Inductor"
+            candidate.report.status = "placed on Inductor"
             for n in part.nodes:
                 if classify(n) is NodeKind.OP:
                     reasons[n] = why
             continue
-        delegated.append(_Delegated(part.nodes, ex, runtime.key, runtime, preport))
+        delegated.append(_Delegated(part.nodes, ex, runtime.key, runtime, candidate.report))
     report.inductor_ops = [InductorOp(n.name, op_name(n), why) for n, why in reasons.items()]
     for d in delegated:
         keep_traced_strides(gm, d.nodes, d.extracted.outputs)

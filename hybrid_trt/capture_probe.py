@@ -5,7 +5,8 @@ capture of an ONNX Runtime run fails half-way (a synchronous copy or an allocati
 provider's bookkeeping is left inconsistent and the process was seen to abort later, at teardown (H200, three
 test workers after the detector model). So the capture is tried where a failure costs nothing: a child process
 loads the same engine from the engine store by its content key, runs it, captures one run, inspects the captured
-nodes (``cudagraphs._probe``), replays it on new data and compares with an uncaptured run, then exits normally.
+nodes (``cudagraphs._probe``), replays it on new data and compares with an uncaptured run, times its replays
+(what measured placement compares Inductor with), then exits normally.
 A partition is cleared only when all of that succeeded *and* the child exited cleanly; anything else keeps it
 outside CUDA graphs, with the child's reason in the report.
 
@@ -22,7 +23,7 @@ import os
 import subprocess
 import sys
 import tempfile
-from typing import Optional, Sequence
+from typing import Sequence
 
 import torch
 
@@ -33,7 +34,7 @@ _MARK = "hybrid_trt-capture-verdict "
 
 
 def probe_isolated(items: Sequence[tuple]) -> dict:
-    """``items``: (runtime, input metas, size values) per partition. Returns key -> reason (None: capture-safe).
+    """``items``: (runtime, input metas, size values) per partition. Returns key -> ``cudagraphs.ProbeResult``.
 
     Runtimes whose verdict for these shapes is known in this process are not probed again."""
     verdicts: dict = {}
@@ -95,33 +96,37 @@ def _bundle(todo, tmp: str) -> dict:
 
 
 def _run_child(bundle_path: str, keys: list) -> dict:
+    from .cudagraphs import ProbeResult
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
     try:
         done = subprocess.run([sys.executable, "-m", "hybrid_trt.capture_probe", bundle_path], env=env,
                               capture_output=True, text=True, timeout=_TIMEOUT_S)
     except subprocess.TimeoutExpired:
-        return {k: f"the capture probe process did not finish within {_TIMEOUT_S} s" for k in keys}
+        return {k: ProbeResult(f"the capture probe process did not finish within {_TIMEOUT_S} s") for k in keys}
     except OSError as e:
-        return {k: f"the capture probe process could not start: {e}" for k in keys}
+        return {k: ProbeResult(f"the capture probe process could not start: {e}") for k in keys}
     return verdicts_from(done.returncode, done.stdout, done.stderr, keys)
 
 
 def verdicts_from(returncode: int, stdout: str, stderr: str, keys: list) -> dict:
-    """The child's verdicts, trusted only from a child that exited cleanly: a crash or abort at exit means that
-    what it captured leaves a process broken, so every partition it cleared stays outside CUDA graphs."""
+    """The child's verdicts (key -> ``ProbeResult``), trusted only from a child that exited cleanly: a crash or
+    abort at exit means that what it captured leaves a process broken, so every partition it cleared stays
+    outside CUDA graphs."""
+    from .cudagraphs import ProbeResult
     printed: dict = {}
     for line in stdout.splitlines():
         if line.startswith(_MARK):
             item = json.loads(line[len(_MARK):])
-            printed[item["key"]] = item["reason"]
+            replay = item.get("replay_ms")
+            printed[item["key"]] = ProbeResult(item["reason"], None if replay is None else float(replay))
     if returncode != 0:
         how = f"was killed by signal {-returncode}" if returncode < 0 else f"exited with status {returncode}"
         tail = [ln for ln in stderr.strip().splitlines() if ln.strip()][-1:] or ["no message"]
         why = f"the capture probe process {how} ({tail[0].strip()[:200]})"
         logger.debug("hybrid_trt: capture probe stderr:\n%s", stderr[-4000:])
-        return {k: printed.get(k) or why for k in keys}
-    return {k: printed[k] if k in printed else "the capture probe process gave no verdict" for k in keys}
+        return {k: printed[k] if k in printed and printed[k].reason else ProbeResult(why) for k in keys}
+    return {k: printed.get(k) or ProbeResult("the capture probe process gave no verdict") for k in keys}
 
 
 # ---------------------------------------------------------------------------------------------- the child
@@ -148,18 +153,19 @@ def _child(bundle_path: str) -> int:
         bundle = json.load(f)
     for part in bundle["partitions"]:
         device = torch.device(part["device"])
-        reason: Optional[str]
         try:
             runtime = load_runtime(part["key"], EngineStore(part["store"]), device, Policy(strict=True),
                                    name=part["name"])
             if runtime is None:
-                reason = "its engine could not be loaded from the engine store in the probe process"
+                found = cudagraphs.ProbeResult("its engine could not be loaded from the engine store in the probe "
+                                               "process")
             else:
                 with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
-                    reason = cudagraphs._probe(runtime, _inputs(part["inputs"], device), part["sizes"])
+                    found = cudagraphs._probe(runtime, _inputs(part["inputs"], device), part["sizes"])
         except Exception as e:  # noqa: BLE001 - any failure is a reason to stay outside graphs
-            reason = f"probe failed: {cudagraphs._text(e)}"
-        print(_MARK + json.dumps({"key": part["key"], "reason": reason}), flush=True)
+            found = cudagraphs.ProbeResult(f"probe failed: {cudagraphs._text(e)}")
+        print(_MARK + json.dumps({"key": part["key"], "reason": found.reason, "replay_ms": found.replay_ms}),
+              flush=True)
     return 0
 
 

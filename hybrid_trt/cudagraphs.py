@@ -11,8 +11,8 @@ Inductor, and reports what Inductor did.
   Every engine is also probed once at compile time (a partition with symbolic sizes at its size hints), in a
   separate process (capture_probe.py: a failed capture of a foreign runtime can leave a process broken): warm-up
   runs (so the first-call fallback and the delegate's own lazy allocations happen outside any capture), one
-  capture on a throwaway graph whose nodes are inspected, and a replay on new data checked against an
-  uncaptured run. A capture that succeeds is not enough: a host-function node (``cudaLaunchHostFunc`` during capture) runs again at every replay. ONNX
+  capture on a throwaway graph whose nodes are inspected, a replay on new data checked against an uncaptured
+  run, and timed replays (measured placement, which probes first, reads them; the plan reuses its verdicts). A capture that succeeds is not enough: a host-function node (``cudaLaunchHostFunc`` during capture) runs again at every replay. ONNX
   Runtime's CUDA provider enqueues one at the end of any run whose kernels staged data in pinned CPU memory
   (its deferred release of those buffers, which owns and deletes its own bookkeeping): replaying it frees the
   same memory again, corrupting the heap, and the process aborts later (seen on the H200 when compiled
@@ -28,6 +28,8 @@ import contextlib
 import ctypes
 import dataclasses
 import logging
+import statistics
+import time
 from collections import Counter
 from typing import Optional
 
@@ -125,7 +127,6 @@ def plan_capture(delegated, options) -> CapturePlan:
     logger.warning("hybrid_trt: CUDA graphs are experimental in this version (a process was seen to abort at "
                    "exit after an ONNX Runtime partition ran between captured segments); see the README's 'CUDA "
                    "graphs' section before relying on mode='reduce-overhead' / cuda_graphs=True")
-    from .capture_probe import probe_isolated
     reasons, to_probe = {}, []
     for d in delegated:
         rt = d.runtime
@@ -134,11 +135,8 @@ def plan_capture(delegated, options) -> CapturePlan:
             reasons[rt.key] = reason
         elif rt.device.type == "cuda":  # CPU work is Inductor's to keep out of its graphs (it reports it)
             to_probe.append((rt, [n.meta["val"] for n in d.extracted.tensor_inputs],
-                             [_hint(n.meta["val"]) for n in d.extracted.size_inputs]))
-    if to_probe:
-        with unset_fake_temporarily():
-            probe_items = [(rt, [_hinted(m) for m in metas], sizes) for rt, metas, sizes in to_probe]
-            reasons.update({k: v for k, v in probe_isolated(probe_items).items() if v is not None})
+                             [n.meta["val"] for n in d.extracted.size_inputs]))
+    reasons.update({k: r.reason for k, r in probe_engines(to_probe).items() if r.reason is not None})
     for d in delegated:
         rt = d.runtime
         reason = reasons.get(rt.key)
@@ -147,6 +145,17 @@ def plan_capture(delegated, options) -> CapturePlan:
             d.report.events.append(f"outside CUDA graphs: {reason}")
             logger.info("hybrid_trt: %s runs outside CUDA graphs: %s", rt.name, reason)
     return plan
+
+
+def probe_engines(entries) -> dict:
+    """Engine key -> ``ProbeResult`` for ``entries`` of (runtime, tensor input values, size input values), traced
+    and possibly symbolic (probed at their size hints), all in one capture-probe process."""
+    if not entries:
+        return {}
+    from .capture_probe import probe_isolated
+    with unset_fake_temporarily():
+        return probe_isolated([(rt, [_hinted(m) for m in metas], [_hint(s) for s in sizes])
+                               for rt, metas, sizes in entries])
 
 
 def _hint(size) -> int:
@@ -159,14 +168,48 @@ def _hinted(meta: torch.Tensor) -> torch.Tensor:
     return torch.empty(tuple(_hint(s) for s in meta.shape), dtype=meta.dtype, device="meta")
 
 
-def _probe(runtime, inputs, sizes=()) -> Optional[str]:
-    """None when a run of the engine can be captured and replayed; else why not. Run in the capture probe's
-    own process (capture_probe.py) on real ``inputs``: two uncaptured runs (the engine's first call, lazy set-up
-    and allocations), one capture on a throwaway graph whose nodes are inspected, then a replay on new input data
-    compared with an uncaptured run of the same data."""
+@dataclasses.dataclass(frozen=True)
+class ProbeResult:
+    """What the capture probe found for one engine at one input signature."""
+    reason: Optional[str]  # why it must run outside CUDA graphs; None: capture-safe
+    replay_ms: Optional[float] = None  # capture-safe: device time of one replay of its captured run
+
+
+def _probe(runtime, inputs, sizes=()) -> ProbeResult:
+    """Whether a run of the engine can be captured and replayed, and how long a replay takes on the device. Run
+    in the capture probe's own process (capture_probe.py) on real ``inputs``: two uncaptured runs (the engine's
+    first call, lazy set-up and allocations), one capture on a throwaway graph whose nodes are inspected, a
+    replay on new input data compared with an uncaptured run of the same data, then timed replays (what measured
+    placement compares Inductor with: placement.py)."""
     if runtime.device.type != "cuda":
         runtime.run(inputs, sizes)
-        return "the engine runs on the CPU (CUDA graphs capture CUDA work only)"
+        return ProbeResult("the engine runs on the CPU (CUDA graphs capture CUDA work only)")
+    checked = _capture_check(runtime, inputs, sizes)
+    if isinstance(checked, str):
+        return ProbeResult(checked)
+    return ProbeResult(None, _replay_ms(checked, runtime.device))
+
+
+def _replay_ms(graph, device: torch.device) -> Optional[float]:
+    """Median device time of a replay (the spin of timing.device_sampler hides the launch, as inside a replayed
+    hybrid graph); None when it could not be timed (placement then times the engine uncaptured, by wall time)."""
+    from .timing import device_sampler
+    try:
+        t0 = time.perf_counter()
+        graph.replay()
+        torch.cuda.synchronize(device)
+        sample = device_sampler((time.perf_counter() - t0) * 1e3, device)
+        return statistics.median(sample(graph.replay) for _ in range(_TIMED_REPLAYS))
+    except Exception as e:  # noqa: BLE001 - the capture was checked; only its timing is missing
+        logger.debug("hybrid_trt: replay not timed: %s", e)
+        return None
+
+
+_TIMED_REPLAYS = 15
+
+
+def _capture_check(runtime, inputs, sizes):
+    """The captured graph, replayed once and checked; or why it cannot be used (a str)."""
     try:
         runtime.run(inputs, sizes)  # the first call: engine-side lazy set-up and allocations, fallback check
         runtime.run(inputs, sizes)
@@ -195,7 +238,7 @@ def _probe(runtime, inputs, sizes=()) -> Optional[str]:
         if not torch.allclose(got.float(), want.float(), rtol=1e-2, atol=1e-2, equal_nan=True):
             diff = (got.float() - want.float()).abs().nan_to_num(0.0).max().item()
             return f"its replay on new inputs differs from an uncaptured run (output {i}, max |diff| {diff:.3g})"
-    return None
+    return graph
 
 
 # Node types of a captured graph that cannot be replayed safely (CUgraphNodeType, cuda.h): a host function is

@@ -9,6 +9,7 @@ import torch
 
 import hybrid_trt
 from hybrid_trt import capture_probe
+from hybrid_trt.cudagraphs import ProbeResult
 from hybrid_trt.engines.runtime import REGISTRY
 
 CPU_VERDICT = "the engine runs on the CPU (CUDA graphs capture CUDA work only)"
@@ -32,25 +33,25 @@ def test_child_process_loads_and_runs_the_engine(tmp_path, cache):
     verdicts = capture_probe.probe_isolated([(runtime, metas, [])])
     # The child's own verdict: it loaded the engine by key (or built it from the recipe) and ran it; any failure
     # on the way would read "probe failed: ..." or "could not be loaded".
-    assert verdicts == {runtime.key: CPU_VERDICT}
-    assert list(runtime.capture_verdicts.values()) == [CPU_VERDICT]
+    assert verdicts == {runtime.key: ProbeResult(CPU_VERDICT)}
+    assert list(runtime.capture_verdicts.values()) == [ProbeResult(CPU_VERDICT)]
 
 
 def test_known_verdicts_are_not_probed_again(tmp_path, monkeypatch):
     runtime, x, _keep = _compiled_runtime({"cache_dir": str(tmp_path)})
     metas = [torch.empty(x.shape, device="meta")]
-    runtime.capture_verdicts[((tuple(x.shape),), ())] = None
+    runtime.capture_verdicts[((tuple(x.shape),), ())] = ProbeResult(None, 0.25)
     monkeypatch.setattr(capture_probe, "_run_child", lambda *a: pytest.fail("probed a known verdict again"))
-    assert capture_probe.probe_isolated([(runtime, metas, [])]) == {runtime.key: None}
+    assert capture_probe.probe_isolated([(runtime, metas, [])]) == {runtime.key: ProbeResult(None, 0.25)}
 
 
 def test_a_child_that_crashes_clears_nothing():
-    line = capture_probe._MARK + '{"key": "a", "reason": null}'
+    line = capture_probe._MARK + '{"key": "a", "reason": null, "replay_ms": 0.125}'
     clean = capture_probe.verdicts_from(0, line + "\n", "", ["a"])
-    assert clean == {"a": None}
+    assert clean == {"a": ProbeResult(None, 0.125)}  # capture-safe, with the device time of its replay
     aborted = capture_probe.verdicts_from(-6, line + "\n", "noise\nFatal Python error: Aborted\n", ["a", "b"])
-    assert aborted["a"] == aborted["b"]
-    assert "killed by signal 6" in aborted["a"] and "Fatal Python error: Aborted" in aborted["a"]
-    unsafe = capture_probe._MARK + '{"key": "a", "reason": "host node"}'
-    assert capture_probe.verdicts_from(1, unsafe, "boom", ["a"])["a"] == "host node"
-    assert "no verdict" in capture_probe.verdicts_from(0, "", "", ["a"])["a"]
+    assert aborted["a"] == aborted["b"] and aborted["a"].replay_ms is None
+    assert "killed by signal 6" in aborted["a"].reason and "Fatal Python error: Aborted" in aborted["a"].reason
+    unsafe = capture_probe._MARK + '{"key": "a", "reason": "host node", "replay_ms": null}'
+    assert capture_probe.verdicts_from(1, unsafe, "boom", ["a"])["a"] == ProbeResult("host node")
+    assert "no verdict" in capture_probe.verdicts_from(0, "", "", ["a"])["a"].reason

@@ -23,8 +23,9 @@ from hybrid_trt.options import make_options
 from _helpers import assert_close
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_MEASURED = re.compile(r"measured \((wall|device) time(, stored)?\): delegate ([0-9.]+) ms, "
-                       r"Inductor ([0-9.]+) ms per call; kept on (Inductor|the delegate)")
+# groups: 1 " (stored)", 2 delegate ms, 3 how it was timed, 4 Inductor ms, 5 how, 6 which side kept it
+_MEASURED = re.compile(r"measured( \(stored\))?: delegate ([0-9.]+) ms \(([a-z ]+)\), Inductor ([0-9.]+) ms "
+                       r"\(([a-z ]+)\) per call; kept on (Inductor|the delegate)")
 
 
 class Net(nn.Module):
@@ -93,7 +94,7 @@ def test_verdict_follows_the_timings_and_is_stored(tmp_path, delay_s, placed):
     gm, metas = _small_module()
     store = EngineStore(tmp_path / "store")
     stub = _StubRuntime("k" * 64, delay_s, [torch.zeros(4, 16)])
-    verdict = placement.measure(stub, gm, metas, "wall", store)
+    verdict = placement.measure(stub, gm, metas, store)
     assert verdict.placed == placed, verdict
     assert stub.calls > placement._MIN_SAMPLES
     if placed == "inductor":
@@ -103,13 +104,14 @@ def test_verdict_follows_the_timings_and_is_stored(tmp_path, delay_s, placed):
     assert not verdict.stored
     # a second measurement of the same engine reads the stored verdict: nothing runs
     again = _StubRuntime(stub.key, delay_s, stub.outputs)
-    stored = placement.measure(again, gm, metas, "wall", EngineStore(tmp_path / "store"))
+    stored = placement.measure(again, gm, metas, EngineStore(tmp_path / "store"))
     assert stored.stored and again.calls == 0
     assert (stored.placed, stored.delegate_ms, stored.inductor_ms) == (placed, verdict.delegate_ms,
                                                                        verdict.inductor_ms)
-    # another timing kind (device time under CUDA graphs) is another verdict
-    assert (placement._verdict_key(stub.key, "wall", stub.device)
-            != placement._verdict_key(stub.key, "device", stub.device))
+    # on a GPU, CUDA graphs on or off is another verdict (other timings); on the CPU nothing is captured
+    gpu, cpu = torch.device("cuda"), torch.device("cpu")
+    assert placement._verdict_key(stub.key, True, gpu) != placement._verdict_key(stub.key, False, gpu)
+    assert placement._verdict_key(stub.key, True, cpu) == placement._verdict_key(stub.key, False, cpu)
 
 
 def test_measured_compile_matches_eager_and_records_its_reason():
@@ -123,7 +125,7 @@ def test_measured_compile_matches_eager_and_records_its_reason():
     report = hybrid_trt.last_report()
     assert report.partitions
     for status, m in _verdicts(report):
-        delegate_ms, inductor_ms, kept = float(m.group(3)), float(m.group(4)), m.group(5)
+        delegate_ms, inductor_ms, kept = float(m.group(2)), float(m.group(4)), m.group(6)
         assert (status == "placed on Inductor") == (kept == "Inductor"), (status, m.group(0))
         assert (kept == "Inductor") == (inductor_ms * placement.MARGIN < delegate_ms), m.group(0)
     moved = [p for p in report.partitions if p.status == "placed on Inductor"]
@@ -190,11 +192,11 @@ def test_a_new_process_reads_the_stored_verdicts(tmp_path):
     first, second = results
     assert first["err"] < 1e-4 and second["err"] < 1e-4
     measured = [[m for m in map(_MEASURED.search, r["events"]) if m] for r in results]
-    assert measured[0] and all(m.group(2) is None for m in measured[0])  # timed in the first process
+    assert measured[0] and all(m.group(1) is None for m in measured[0])  # timed in the first process
     # not timed again in the second: the stored verdict was read, or the whole graph came from its manifest (which
     # recorded the first process's report); either way the same timings to the microsecond
-    assert measured[1] and (second["manifest"] or all(m.group(2) == ", stored" for m in measured[1]))
-    assert [m.group(3, 4, 5) for m in measured[0]] == [m.group(3, 4, 5) for m in measured[1]]
+    assert measured[1] and (second["manifest"] or all(m.group(1) == " (stored)" for m in measured[1]))
+    assert [m.group(2, 4, 6) for m in measured[0]] == [m.group(2, 4, 6) for m in measured[1]]
     assert first["status"] == second["status"]
 
 
@@ -203,17 +205,55 @@ cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
 @cuda
 def test_device_time_ignores_host_work():
-    """Under CUDA graphs only the kernels replay: a delegate whose cost is all host time (a 20 ms sleep, no kernel)
-    costs nothing there, and the device-time verdict keeps it, where the wall-time verdict moves it."""
+    """Under CUDA graphs only the kernels replay: a call whose cost is nearly all host time (a 20 ms sleep before
+    one small kernel) costs almost nothing there. The device sampler, which times Inductor's side under graphs,
+    sees the kernel; the wall sampler sees the sleep."""
+    from hybrid_trt.timing import device_sampler, wall_sampler
+    gpu = torch.device("cuda")
+    x = torch.zeros(4, 16, device=gpu)
+
+    def host_heavy():
+        time.sleep(0.02)
+        x.add_(1)
+    assert device_sampler(25.0, gpu)(host_heavy) < 1.0
+    assert wall_sampler(lambda: torch.cuda.synchronize(gpu))(host_heavy) >= 20.0
+
+
+@cuda
+def test_a_replayed_engine_is_judged_by_its_replay_time():
+    """Under CUDA graphs a capture-safe engine is judged by the device time of its captured replay, which the
+    capture probe measured in its own process: the engine is not run (nor timed uncaptured) in the compiling
+    process, and the verdict says which timings it compared."""
+    from hybrid_trt.cudagraphs import ProbeResult
     gm, _ = _small_module()
     metas = [torch.empty(4, 16, device="cuda")]
-    stub = _StubRuntime("d" * 64, 0.02, [torch.zeros(4, 16, device="cuda")])
+    stub = _StubRuntime("r" * 64, 0.02, [torch.zeros(4, 16, device="cuda")])  # slow uncaptured (host sleep)
     stub.device = torch.device("cuda")
-    store = EngineStore(None)
-    device = placement.measure(stub, gm.cuda(), metas, "device", store)
-    wall = placement.measure(stub, gm.cuda(), metas, "wall", store)
-    assert device.placed == "delegate" and device.delegate_ms < 1.0, device
-    assert wall.placed == "inductor" and wall.delegate_ms >= 20.0, wall
+    verdict = placement.measure(stub, gm.cuda(), metas, EngineStore(None), True, ProbeResult(None, 1e-3))
+    assert stub.calls == 0
+    assert (verdict.placed, verdict.delegate_ms, verdict.delegate_timing, verdict.inductor_timing) == \
+        ("delegate", 1e-3, "replay", "device"), verdict
+    # outside the graphs (not capture-safe) it pays its host time: wall time, and the 20 ms sleep loses
+    outside = placement.measure(stub, gm.cuda(), metas, EngineStore(None), True, ProbeResult("injected"))
+    assert stub.calls and outside.delegate_timing == "wall" and outside.placed == "inductor", outside
+
+
+@cuda
+def test_placement_and_the_capture_plan_share_one_probe_process(monkeypatch):
+    """Measured placement under CUDA graphs probes the engines first (for their replay times); the capture plan
+    that follows reuses those verdicts: one child process per compile, not two."""
+    from hybrid_trt import capture_probe
+    children = []
+    real = capture_probe._run_child
+
+    def counted(path, keys):
+        children.append(list(keys))
+        return real(path, keys)
+    monkeypatch.setattr(capture_probe, "_run_child", counted)
+    model, x = Net().eval().cuda(), torch.randn(2, 3, 16, 16, device="cuda")
+    with torch.no_grad():
+        torch.compile(model, backend="hybrid_trt", options={"placement": "measured", "cuda_graphs": True})(x)
+    assert len(children) == 1, children
 
 
 @cuda
@@ -228,8 +268,12 @@ def test_measured_compile_on_cuda_matches_eager(cuda_graphs):
     for out in outs:
         assert_close(out, expected)
     for status, m in _verdicts(hybrid_trt.last_report()):
-        assert m.group(1) == ("device" if cuda_graphs else "wall"), m.group(0)
-        assert (status == "placed on Inductor") == (m.group(5) == "Inductor")
+        if cuda_graphs:  # replayed when capture-safe, else outside the graphs (wall time)
+            assert m.group(3) in ("device time of its captured replay", "wall time"), m.group(0)
+            assert m.group(5) == "device time", m.group(0)
+        else:
+            assert m.group(3, 5) == ("wall time", "wall time"), m.group(0)
+        assert (status == "placed on Inductor") == (m.group(6) == "Inductor")
 
 
 def test_export_takes_the_same_pass(tmp_path):
@@ -247,31 +291,49 @@ def test_export_takes_the_same_pass(tmp_path):
     assert len(manifest["partitions"]) == len(kept)
 
 
-def test_partition_outside_cuda_graphs_is_judged_by_wall_time(monkeypatch):
-    """Under CUDA graphs the verdict compares device time; a partition that must stay outside the graphs pays its
-    host time at every call, so it is measured again by wall time and moved when Inductor wins that comparison."""
-    from hybrid_trt.delegates.onnxruntime_delegate import OnnxRuntimeDelegate
-    monkeypatch.setattr(OnnxRuntimeDelegate, "capture_unsafe_reason",
-                        lambda self, device, options: "injected: not capture-safe")
-    timings = []
-    real = placement.measure
+def test_timings_follow_where_the_engine_will_run():
+    """Without CUDA graphs both sides pay wall time. Under graphs Inductor's side replays (device time); the
+    engine replays too when the capture probe cleared it (its replay time), else it runs outside the graphs and
+    pays its host time (wall time). On the CPU nothing is captured."""
+    from hybrid_trt.cudagraphs import ProbeResult
+    gpu, cpu = torch.device("cuda"), torch.device("cpu")
+    cleared, refused = ProbeResult(None, 0.5), ProbeResult("host-function node")
+    assert placement.timings(gpu, False, cleared) == ("wall", "wall")
+    assert placement.timings(gpu, True, cleared) == ("replay", "device")
+    assert placement.timings(gpu, True, refused) == ("wall", "device")
+    assert placement.timings(gpu, True, None) == ("wall", "device")  # declared not capture-safe: never probed
+    assert placement.timings(gpu, True, ProbeResult(None, None)) == ("wall", "device")  # replay not timed
+    assert placement.timings(cpu, True, cleared) == ("wall", "wall")
 
-    def measure(runtime, module, metas, timing, store):
-        timings.append(timing)
-        verdict = real(runtime, module, metas, timing, store)
-        if timing == "wall":  # as if the delegate's host time lost it the comparison
-            return placement.Verdict("inductor", verdict.inductor_ms * 2, verdict.inductor_ms, "wall")
-        return placement.Verdict("delegate", verdict.delegate_ms, verdict.inductor_ms, timing)
-    monkeypatch.setattr(placement, "measure", measure)
-    monkeypatch.setattr(placement, "timing_kind", lambda device, cuda_graphs: "device" if cuda_graphs else "wall")
-    report = _compiled_report({"placement": "measured", "cuda_graphs": True})
-    assert timings == ["device", "wall"] * len(report.partitions), timings
-    for p in report.partitions:
-        assert p.status == "placed on Inductor", p
-        assert any("outside CUDA graphs: injected" in e for e in p.events), p.events
-        assert "(wall time" in p.placement and "kept on Inductor" in p.placement
-    assert report.inductor_ops and all("wall time" in op.reason for op in report.inductor_ops
-                                       if op.reason.startswith("placement"))
+
+def test_only_capture_safe_gpu_engines_without_a_verdict_are_probed(tmp_path, monkeypatch):
+    """The probe for replay times runs once for all candidates, and only for what it can tell: CUDA engines of
+    capture-safe delegates, static, without a stored verdict, under CUDA graphs."""
+    from hybrid_trt import cudagraphs
+    calls = []
+    monkeypatch.setattr(cudagraphs, "probe_engines", lambda entries: calls.append([e[0].key for e in entries]) or {})
+
+    class _Delegate:
+        def __init__(self, unsafe):
+            self.unsafe = unsafe
+
+        def capture_unsafe_reason(self, device, options):
+            return self.unsafe
+
+    def candidate(key, device, unsafe=None, symbolic=False):
+        rt = _StubRuntime(key, 0.0, [])
+        rt.device, rt.delegate, rt.delegate_options = torch.device(device), _Delegate(unsafe), None
+        return placement.Candidate(rt, None, [], symbolic, None)
+    store = EngineStore(tmp_path / "store")
+    stored = candidate("s" * 64, "cuda")
+    placement._store(store, placement._verdict_key(stored.runtime.key, True, stored.runtime.device),
+                     placement.Verdict("delegate", 1.0, 2.0, "replay", "device"))
+    candidates = [candidate("a" * 64, "cuda"), candidate("b" * 64, "cuda", unsafe="not capture-safe"),
+                  candidate("c" * 64, "cpu"), stored, candidate("e" * 64, "cuda")]
+    placement._probe_for_replay(candidates, True, store)
+    assert calls == [["a" * 64, "e" * 64]]
+    placement._probe_for_replay(candidates, False, store)
+    assert len(calls) == 1  # no CUDA graphs: nothing to probe
 
 
 def test_device_spin_ignores_first_call_costs(monkeypatch):
@@ -282,15 +344,15 @@ def test_device_spin_ignores_first_call_costs(monkeypatch):
 
     def sampler(host_ms, device):
         seen.append(host_ms)
-        return placement._wall_sampler(lambda: None)
-    monkeypatch.setattr(placement, "_device_sampler", sampler)
+        return placement.wall_sampler(lambda: None)
+    monkeypatch.setattr(placement, "device_sampler", sampler)
     calls = []
 
     def delegate():
         calls.append(1)
         if len(calls) == 1:
             time.sleep(0.3)  # its first call's set-up
-    placement._time_pair(delegate, lambda: None, torch.device("cpu"), "device")
+    placement._time_pair(delegate, lambda: None, torch.device("cpu"), "device", "device")
     assert len(seen) == 1 and seen[0] < 100.0, seen
 
 
@@ -312,26 +374,27 @@ def test_no_verdict_is_stored_for_an_engine_that_fell_back(tmp_path):
     store = EngineStore(tmp_path / "store")
     stub = _FallingBack("f" * 64, 0.0, [torch.zeros(4, 16)])
     with pytest.raises(RuntimeError, match="fell back"):
-        placement.measure(stub, gm, metas, "wall", store)
-    assert placement._stored(store, placement._verdict_key(stub.key, "wall", stub.device)) is None
+        placement.measure(stub, gm, metas, store)
+    assert placement._stored(store, placement._verdict_key(stub.key, False, stub.device)) is None
 
 
-def test_a_wall_time_verdict_is_not_measured_again_outside_cuda_graphs(monkeypatch):
-    """Under CUDA graphs a CPU partition (never captured) was already judged by wall time: the pass for partitions
-    outside the graphs must not time it a second time (with caching off that is another Inductor compile and
-    half a second of timing per partition, and a second verdict that may contradict the first)."""
-    timings = []
+def test_each_partition_is_measured_once_under_cuda_graphs(monkeypatch):
+    """Under CUDA graphs a CPU partition (never captured) is judged once, by wall time on both sides (with caching
+    off a second measurement would be another Inductor compile and half a second of timing per partition, and a
+    second verdict that may contradict the first)."""
+    calls = []
     real = placement.measure
 
-    def measure(runtime, module, metas, timing, store):
-        timings.append(timing)
-        verdict = real(runtime, module, metas, timing, store)
-        return placement.Verdict("delegate", verdict.delegate_ms, verdict.inductor_ms, timing)
+    def measure(runtime, module, metas, store, cuda_graphs=False, probe=None):
+        verdict = real(runtime, module, metas, store, cuda_graphs, probe)
+        calls.append((verdict.delegate_timing, verdict.inductor_timing))
+        return placement.Verdict("delegate", verdict.delegate_ms, verdict.inductor_ms, verdict.delegate_timing,
+                                 verdict.inductor_timing)
     monkeypatch.setattr(placement, "measure", measure)
     report = _compiled_report({"placement": "measured", "cuda_graphs": True, "cache": False})
     assert report.partitions and all(p.status == "delegated" for p in report.partitions)
     assert any("outside CUDA graphs" in e for p in report.partitions for e in p.events)
-    assert timings == ["wall"] * len(report.partitions), timings
+    assert calls == [("wall", "wall")] * len(report.partitions), calls
 
 
 def test_verdict_is_measured_again_under_other_matmul_settings(tmp_path):
@@ -340,28 +403,28 @@ def test_verdict_is_measured_again_under_other_matmul_settings(tmp_path):
     gm, metas = _small_module()
     store = EngineStore(tmp_path / "store")
     stub = _StubRuntime("m" * 64, 0.0, [torch.zeros(4, 16)])
-    placement.measure(stub, gm, metas, "wall", store)
+    placement.measure(stub, gm, metas, store)
     before, threads = torch.get_float32_matmul_precision(), torch.get_num_threads()
     try:
         torch.set_float32_matmul_precision("high" if before == "highest" else "highest")
         again = _StubRuntime(stub.key, 0.0, stub.outputs)
-        assert not placement.measure(again, gm, metas, "wall", store).stored and again.calls
+        assert not placement.measure(again, gm, metas, store).stored and again.calls
         torch.set_float32_matmul_precision(before)
         torch.set_num_threads(threads + 1)
         third = _StubRuntime(stub.key, 0.0, stub.outputs)
-        assert not placement.measure(third, gm, metas, "wall", store).stored and third.calls
+        assert not placement.measure(third, gm, metas, store).stored and third.calls
     finally:
         torch.set_float32_matmul_precision(before)
         torch.set_num_threads(threads)
     same = _StubRuntime(stub.key, 0.0, stub.outputs)  # the original settings: the stored verdict
-    assert placement.measure(same, gm, metas, "wall", store).stored and same.calls == 0
+    assert placement.measure(same, gm, metas, store).stored and same.calls == 0
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")
-@pytest.mark.parametrize("timing", ["wall", "device"])
-def test_timing_on_a_device_that_is_not_the_current_one(timing):
+def test_timing_on_a_device_that_is_not_the_current_one():
     """A partition on cuda:1 while cuda:0 is current: the synchronisation (wall time), and the spin and events
     (device time), must be on cuda:1, else the partition's kernels are not inside what is timed."""
+    from hybrid_trt.timing import device_sampler
     gm, _ = _small_module()
 
     class _Spinning(_StubRuntime):
@@ -373,9 +436,11 @@ def test_timing_on_a_device_that_is_not_the_current_one(timing):
     stub = _Spinning("c" * 64, 0.0, [torch.zeros(4, 16, device="cuda:1")])
     stub.device = torch.device("cuda:1")
     with torch.cuda.device(0):
-        verdict = placement.measure(stub, gm.to("cuda:1"), [torch.empty(4, 16, device="cuda:1")], timing,
+        verdict = placement.measure(stub, gm.to("cuda:1"), [torch.empty(4, 16, device="cuda:1")],
                                     EngineStore(None))
+        device_ms = device_sampler(1.0, torch.device("cuda:1"))(lambda: stub.run([], []))
     assert verdict.delegate_ms > 3.0 and verdict.placed == "inductor", verdict
+    assert device_ms > 3.0, device_ms
 
 
 def test_measuring_leaves_the_users_random_stream_alone(tmp_path):

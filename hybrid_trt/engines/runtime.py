@@ -252,7 +252,7 @@ class PartitionRuntime:
         self._fallback: Optional[Callable] = None
         self._static_outputs: Optional[list] = None
         self._static_engine: Optional[Callable] = None
-        self.capture_verdicts: dict = {}  # input signature -> why not capture-safe, or None (capture_probe.py)
+        self.capture_verdicts: dict = {}  # input signature -> cudagraphs.ProbeResult (capture_probe.py)
         self.ranged: list = []  # (RangePlan, store key, engine): engines that each serve a range of shapes
         self.range_note: Optional[str] = None  # why the partition has engines per shape despite declared ranges
 
