@@ -205,14 +205,13 @@ def _run_task(task: dict, args) -> dict:
 
 
 def _placement_summary(rep) -> str:
-    """e.g. "2 of 3 partitions delegated (ops 120/150); moved: #1 delegate 0.40 ms, Inductor 0.21 ms"."""
-    moved = [p for p in rep.partitions if p.status == "placed on Inductor"]
+    """e.g. "2 of 3 partitions delegated (ops 120/150); #0 kept: delegate 0.400 ms (wall time), Inductor ..."."""
     kept = [p for p in rep.partitions if p.status == "delegated"]
     text = (f"{len(kept)} of {len(rep.partitions)} partitions delegated "
             f"({sum(p.op_count for p in kept)}/{sum(p.op_count for p in rep.partitions)} partitioned ops)")
-    details = [f"#{p.index} {p.placement.split('):', 1)[-1].split(';')[0].strip()}" for p in moved
-               if p.placement]
-    return text + (f"; moved to Inductor: {', '.join(details[:6])}" if details else "")
+    details = [f"#{p.index} {'kept' if p.status == 'delegated' else 'moved'}: "
+               f"{p.placement.split(': ', 1)[-1].split(' per call')[0]}" for p in rep.partitions if p.placement]
+    return text + (f"; {'; '.join(details[:6])}" if details else "")
 
 
 def _run_lidar(task: dict, args) -> dict:
