@@ -1,5 +1,6 @@
 """Shared fixtures of the hybrid_trt test suite (CPU only)."""
 import logging
+import os
 import pathlib
 import sys
 
@@ -19,18 +20,30 @@ torch.set_num_threads(min(2, torch.get_num_threads()))
 
 
 @pytest.fixture(autouse=True, scope="session")
-def _run_local_compiler_caches(tmp_path_factory):
-    """Inductor's and Triton's caches live in this run's temporary directory, which pytest removes when the run
-    passes (tmp_path_retention_policy in pytest.ini) and prunes after a failed one. Their default places are
-    shared by every run on the machine, and every test's new engine store means new Inductor entries: on a CI
-    machine that keeps /tmp between runs they grew until the disk was full and the suite failed with ENOSPC."""
+def _run_local_temporary_files(tmp_path_factory):
+    """Temporary files and Inductor's and Triton's caches live in this run's temporary directory, which pytest
+    removes when the run passes (tmp_path_retention_policy in pytest.ini) and prunes after a failed one, in this
+    process and in the processes the tests start (TMPDIR). Their default places are shared by every run on the
+    machine: Inductor's precompiled headers (about 150 MB each, keyed by the compiler command line, which holds
+    the checkout's path) and every test's new cache entries grew there until a CI disk was full (ENOSPC)."""
+    import tempfile
+
+    from torch._inductor import codecache
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
     from torch._inductor.utils import clear_caches
 
-    root = tmp_path_factory.mktemp("compiler_caches")
+    root = tmp_path_factory.mktemp("tmp")
     patch = pytest.MonkeyPatch()
-    patch.setenv("TORCHINDUCTOR_CACHE_DIR", str(root / "inductor"))
-    patch.setenv("TRITON_CACHE_DIR", str(root / "triton"))
-    clear_caches()  # nothing in memory may still point at the old directory
+    patch.setenv("TMPDIR", str(root))
+    patch.setattr(tempfile, "tempdir", str(root))
+    inductor = default_cache_dir()  # under TMPDIR now, as in the test's child processes
+    patch.setenv("TORCHINDUCTOR_CACHE_DIR", inductor)
+    patch.setenv("TRITON_CACHE_DIR", os.path.join(inductor, "triton"))
+    # Computed from the default directory when Inductor was imported (the env variable does not move them).
+    headers = os.path.join(inductor, "precompiled_headers")
+    patch.setattr(codecache, "_HEADER_DIR", headers, raising=False)
+    patch.setattr(codecache, "_HEADER_LOCK_DIR", os.path.join(headers, "locks"), raising=False)
+    clear_caches()  # nothing in memory may still point at the old directories
     yield
     patch.undo()
 
