@@ -33,8 +33,9 @@ _TIMEOUT_S = 600  # engine builds (TensorRT) may take minutes when the probe has
 _MARK = "hybrid_trt-capture-verdict "
 
 
-def probe_isolated(items: Sequence[tuple]) -> dict:
-    """``items``: (runtime, input metas, size values) per partition. Returns key -> ``cudagraphs.ProbeResult``.
+def probe_isolated(items: Sequence[tuple], time_replay: bool = False) -> dict:
+    """``items``: (runtime, input metas, size values) per partition. Returns key -> ``cudagraphs.ProbeResult``
+    (``time_replay``: with the replay times of the engines cleared).
 
     Runtimes whose verdict for these shapes is known in this process are not probed again."""
     verdicts: dict = {}
@@ -49,7 +50,7 @@ def probe_isolated(items: Sequence[tuple]) -> dict:
     if not todo:
         return verdicts
     with tempfile.TemporaryDirectory(prefix="hybrid_trt_probe_") as tmp:
-        bundle = _bundle(todo, tmp)
+        bundle = dict(_bundle(todo, tmp), time_replay=time_replay)
         path = os.path.join(tmp, "bundle.json")
         with open(path, "w") as f:
             json.dump(bundle, f)
@@ -161,7 +162,8 @@ def _child(bundle_path: str) -> int:
                                                "process")
             else:
                 with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
-                    found = cudagraphs._probe(runtime, _inputs(part["inputs"], device), part["sizes"])
+                    found = cudagraphs._probe(runtime, _inputs(part["inputs"], device), part["sizes"],
+                                              bool(bundle.get("time_replay")))
         except Exception as e:  # noqa: BLE001 - any failure is a reason to stay outside graphs
             found = cudagraphs.ProbeResult(f"probe failed: {cudagraphs._text(e)}")
         print(_MARK + json.dumps({"key": part["key"], "reason": found.reason, "replay_ms": found.replay_ms}),

@@ -147,15 +147,16 @@ def plan_capture(delegated, options) -> CapturePlan:
     return plan
 
 
-def probe_engines(entries) -> dict:
+def probe_engines(entries, time_replay: bool = False) -> dict:
     """Engine key -> ``ProbeResult`` for ``entries`` of (runtime, tensor input values, size input values), traced
-    and possibly symbolic (probed at their size hints), all in one capture-probe process."""
+    and possibly symbolic (probed at their size hints), all in one capture-probe process. ``time_replay``: also
+    time the replays of those cleared (for measured placement)."""
     if not entries:
         return {}
     from .capture_probe import probe_isolated
     with unset_fake_temporarily():
         return probe_isolated([(rt, [_hinted(m) for m in metas], [_hint(s) for s in sizes])
-                               for rt, metas, sizes in entries])
+                               for rt, metas, sizes in entries], time_replay)
 
 
 def _hint(size) -> int:
@@ -175,19 +176,19 @@ class ProbeResult:
     replay_ms: Optional[float] = None  # capture-safe: device time of one replay of its captured run
 
 
-def _probe(runtime, inputs, sizes=()) -> ProbeResult:
-    """Whether a run of the engine can be captured and replayed, and how long a replay takes on the device. Run
-    in the capture probe's own process (capture_probe.py) on real ``inputs``: two uncaptured runs (the engine's
-    first call, lazy set-up and allocations), one capture on a throwaway graph whose nodes are inspected, a
-    replay on new input data compared with an uncaptured run of the same data, then timed replays (what measured
-    placement compares Inductor with: placement.py)."""
+def _probe(runtime, inputs, sizes=(), time_replay: bool = False) -> ProbeResult:
+    """Whether a run of the engine can be captured and replayed, and (``time_replay``) how long a replay takes on
+    the device. Run in the capture probe's own process (capture_probe.py) on real ``inputs``: two uncaptured runs
+    (the engine's first call, lazy set-up and allocations), one capture on a throwaway graph whose nodes are
+    inspected, a replay on new input data compared with an uncaptured run of the same data, then timed replays
+    (what measured placement compares Inductor with: placement.py)."""
     if runtime.device.type != "cuda":
         runtime.run(inputs, sizes)
         return ProbeResult("the engine runs on the CPU (CUDA graphs capture CUDA work only)")
     checked = _capture_check(runtime, inputs, sizes)
     if isinstance(checked, str):
         return ProbeResult(checked)
-    return ProbeResult(None, _replay_ms(checked, runtime.device))
+    return ProbeResult(None, _replay_ms(checked, runtime.device) if time_replay else None)
 
 
 def _replay_ms(graph, device: torch.device) -> Optional[float]:

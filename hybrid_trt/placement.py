@@ -102,7 +102,7 @@ def _probe_for_replay(candidates: Sequence[Candidate], cuda_graphs: bool, store)
     if not todo:
         return {}
     from .cudagraphs import probe_engines
-    return probe_engines(todo)
+    return probe_engines(todo, time_replay=True)
 
 
 def timings(device: torch.device, cuda_graphs: bool, probe) -> tuple:

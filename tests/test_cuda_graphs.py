@@ -288,10 +288,11 @@ def test_probe_refuses_an_engine_whose_capture_holds_a_host_function():
     teardown). The probe inspects the captured graph and keeps such an engine outside CUDA graphs."""
     meta = torch.empty(4, device="cuda")
     plain = _ProbedRuntime(lambda inputs, sizes: [inputs[0] + 1])
-    cleared = cudagraphs._probe(plain, [meta])
+    assert cudagraphs._probe(plain, [meta]) == cudagraphs.ProbeResult(None)  # replays timed only when asked
+    cleared = cudagraphs._probe(plain, [meta], time_replay=True)
     assert cleared.reason is None and 0 < cleared.replay_ms < 1.0, cleared  # one tiny kernel, replayed
     with_host = _ProbedRuntime(_enqueue_host_function())
-    refused = cudagraphs._probe(with_host, [meta])
+    refused = cudagraphs._probe(with_host, [meta], time_replay=True)
     assert refused.reason is not None and "host-function node" in refused.reason, refused
     assert refused.replay_ms is None
 

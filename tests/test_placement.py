@@ -311,7 +311,11 @@ def test_only_capture_safe_gpu_engines_without_a_verdict_are_probed(tmp_path, mo
     capture-safe delegates, static, without a stored verdict, under CUDA graphs."""
     from hybrid_trt import cudagraphs
     calls = []
-    monkeypatch.setattr(cudagraphs, "probe_engines", lambda entries: calls.append([e[0].key for e in entries]) or {})
+    def probe_engines(entries, time_replay=False):
+        assert time_replay  # placement needs the replay times
+        calls.append([e[0].key for e in entries])
+        return {}
+    monkeypatch.setattr(cudagraphs, "probe_engines", probe_engines)
 
     class _Delegate:
         def __init__(self, unsafe):
