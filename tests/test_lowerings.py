@@ -219,6 +219,12 @@ SAMPLES: dict[Any, list[Case]] = {
     aten.rsqrt.default: [C(T(pos(3, 4)))],
     aten.log1p.default: [C(T(pos(3, 4)))],
     aten.expm1.default: [C(T(X3()), atol=1e-5)],
+    aten.pow.Scalar: [C(10000.0, T(X3())), C(2, T(ri(3, 4, lo=0, hi=5).float()), id="int_base")],
+    aten.addcmul.default: [C(T(X3()), T(rn(4, 5, seed=1)), T(X3(seed=2))),
+                           C(T(rn(4, 1, seed=3)), T(X3(seed=1)), T(X3(seed=2)), value=-0.5, id="value_broadcast"),
+                           C(T(ri(3, 4)), T(ri(3, 4, seed=1)), T(ri(4, seed=2)), value=3, id="int64")],
+    aten.addcdiv.default: [C(T(X3()), T(X3(seed=1)), T(pos(4, 5, seed=2))),
+                           C(T(X3()), T(X3(seed=1)), T(pos(2, 4, 5, seed=2)), value=0.25, id="value")],
     aten.remainder.Scalar: [C(T(X3() * 5), 1.5), C(T(ri(3, 4, lo=-20, hi=20)), 3, id="int64")],
     aten.remainder.Tensor: [C(T(X3() * 5), T(pos(4, 5) * 2)),
                             C(T(ri(3, 4, lo=-20, hi=20)), T(ri(3, 4, lo=-6, hi=-1, seed=1)), id="int_neg_divisor")],
@@ -299,6 +305,13 @@ SAMPLES: dict[Any, list[Case]] = {
                                C(T(X3()), [2], correction=0, keepdim=True, outputs=(0, 1), id="biased_keepdim")],
     aten.var.correction: [C(T(X3()), [2], correction=1), C(T(X3()), None, correction=0, id="all")],
     aten.cumsum.default: [C(T(X3()), 1), C(T(ri(3, 4)), -1, id="int64")],
+    aten.any.dim: [C(T(rb(3, 4)), 1), C(T(with_nan(torch.zeros(2, 4, 5), 3)), -1, True, id="float_nan_keepdim"),
+                   C(T(torch.zeros(3, 0, dtype=torch.bool)), 1, id="empty")],
+    aten.any.dims: [C(T(ri(2, 3, 4, lo=0, hi=2)), [0, 2]), C(T(ri(2, 3, lo=0, hi=2)), [], id="no_dims")],
+    aten.any.default: [C(T(rb(3, 4))), C(T(rn(1).reshape(())), id="0d")],
+    aten.all.dim: [C(T(rb(3, 4) | torch.eye(3, 4).bool()), 0), C(T(torch.ones(3, 0)), 1, True, id="empty")],
+    aten.all.dims: [C(T(rn(2, 3, 4)), None), C(T(rb(2, 3)), [1], True, id="keepdim")],
+    aten.all.default: [C(T(ri(3, 4, lo=0, hi=3)))],
     aten.prod.dim_int: [C(T(pos(3, 4) + 0.5), 1), C(T(pos(3, 4) + 0.5), 0, True, id="keepdim")],
     # resize.py
     torch.ops.hybrid_trt.interpolate.default: [
@@ -826,3 +839,37 @@ def _check_generic_max_pool(device, producer):
         engine = delegate.build(model, [expected], device, options)
         actual = engine([x])[0]
         assert_close(actual, expected, rtol=0, atol=0, what=f"max pool, generic form, {device.type}")
+
+
+class _OpsKeptWholeAtCapture(torch.nn.Module):
+    """Ops that capture keeps whole (Inductor has kernels of its own for them) in the forms real models use them:
+    ConvNeXt-V2's GRN (``addcmul``), EdgeNeXt's positional encoding (a scalar raised to a tensor, ``pow.Scalar``),
+    TinyViT's logical reduction (``any``). Each split the model's partition until it had a lowering."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.conv2 = torch.nn.Conv2d(8, 4, 1)
+        self.gamma = torch.nn.Parameter(torch.randn(1, 8, 1, 1))
+        self.beta = torch.nn.Parameter(torch.randn(1, 8, 1, 1))
+
+    def forward(self, x):
+        y = self.conv1(x)
+        y = torch.addcmul(self.beta, self.gamma, y * y.mean(dim=(2, 3), keepdim=True))
+        y = torch.pow(2.0, y.tanh())
+        keep = (y > 1.2).any(dim=1, keepdim=True)
+        return self.conv2(torch.where(keep, y, -y))
+
+
+def test_ops_kept_whole_at_capture_delegate_with_their_neighbours():
+    torch.manual_seed(0)
+    model, x = _OpsKeptWholeAtCapture().eval(), torch.randn(2, 3, 8, 8)
+    with torch.no_grad():
+        expected = model(x)
+        actual = torch.compile(model, backend="hybrid_trt")(x)
+    report = hybrid_trt.last_report()
+    assert_close(actual, expected, rtol=1e-5, atol=1e-5)
+    assert not report.inductor_ops and len(report.partitions) == 1, report.table()
+    ops = report.partitions[0].ops
+    for op in ("aten.addcmul.default", "aten.pow.Scalar", "aten.any.dim"):
+        assert op in ops, (op, report.table())

@@ -38,7 +38,7 @@ def lower_mul(ctx, node):
 
 _binary("Max", aten.maximum.default)
 _binary("Min", aten.minimum.default)
-_binary("Pow", aten.pow.Tensor_Scalar, aten.pow.Tensor_Tensor, dtypes=FLOAT)
+_binary("Pow", aten.pow.Tensor_Scalar, aten.pow.Tensor_Tensor, aten.pow.Scalar, dtypes=FLOAT)
 
 
 def _alpha_scaled(ctx, node, dtype):
@@ -59,6 +59,28 @@ def lower_add(ctx, node):
 def lower_sub(ctx, node):
     dtype = ctx.dtype(node)
     return ctx.op("Sub", ctx.input(node.args[0], dtype), _alpha_scaled(ctx, node, dtype))
+
+
+# Not decomposed at capture (Inductor has kernels of its own for them), so without a lowering each one split a
+# block in two: ConvNeXt-V2's GRN layer is an addcmul per block.
+@lowering(aten.addcmul.default, dtypes=NUMERIC)
+def lower_addcmul(ctx, node):
+    return _add_scaled_product(ctx, node, "Mul")
+
+
+@lowering(aten.addcdiv.default, dtypes=FLOAT)
+def lower_addcdiv(ctx, node):
+    return _add_scaled_product(ctx, node, "Div")
+
+
+def _add_scaled_product(ctx, node, op_type: str) -> str:
+    """self + value * tensor1 op tensor2, in ATen's order: (value * tensor1) op tensor2."""
+    dtype = ctx.dtype(node)
+    a, t1, t2 = (ctx.input(x, dtype) for x in node.args[:3])
+    value = ctx.arg(node.args[3] if len(node.args) > 3 else node.kwargs.get("value", 1))
+    if value != 1:
+        t1 = ctx.op("Mul", ctx.const(value, dtype), t1)
+    return ctx.op("Add", a, ctx.op(op_type, t1, t2))
 
 
 @lowering(aten.rsub.Scalar, aten.rsub.Tensor, dtypes=NUMERIC)

@@ -1,9 +1,9 @@
-"""Reductions: sum, mean, amax/amin, max/min over a dim (values and indices), argmax/argmin, var."""
+"""Reductions: sum, mean, amax/amin, max/min over a dim (values and indices), argmax/argmin, var, any/all."""
 from __future__ import annotations
 
 import torch
 
-from ..registry import FLOAT, NUMERIC, lowering
+from ..registry import ANY, FLOAT, NUMERIC, lowering
 from ._util import dims, nan_mask, where_nan
 
 aten = torch.ops.aten
@@ -151,3 +151,24 @@ def lower_cumsum(ctx, node):
 def lower_prod(ctx, node):
     keepdim = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
     return _reduce(ctx, "ReduceProd", node.args[0], [node.args[1]], keepdim, ctx.dtype(node))
+
+
+# ONNX has no logical reduction. A sum of the (non)zero flags gives ATen's answer on empty inputs too (any: False,
+# all: True), where ReduceMax/ReduceMin would return their identity (the dtype's lowest/highest value).
+@lowering(aten.any.dim, aten.any.dims, aten.any.default, aten.all.dim, aten.all.dims, aten.all.default, dtypes=ANY)
+def lower_any_all(ctx, node):
+    is_any = node.target in (aten.any.dim, aten.any.dims, aten.any.default)
+    x = node.args[0]
+    dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+    keepdim = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
+    xin = ctx.input(x)
+    flags = ctx.cast(xin, torch.bool) if ctx.dtype(x) != torch.bool else xin  # ONNX: 0 -> False, else (NaN) True
+    if not is_any:
+        flags = ctx.op("Not", flags)
+    counted = ctx.cast(flags, torch.int64)
+    rank = len(ctx.shape(x))
+    axes = list(range(rank)) if dim is None else dims(ctx.arg(dim), rank)  # any.dims(x, []) reduces nothing
+    if rank and axes:
+        counted = ctx.op("ReduceSum", counted, ctx.ints(axes), keepdims=int(bool(keepdim)))
+    zero = ctx.const(0, torch.int64)
+    return ctx.op("Greater", counted, zero) if is_any else ctx.op("Equal", counted, zero)
