@@ -16,6 +16,7 @@ from . import cudagraphs
 from . import delegates as _delegates
 from . import placement as _placement
 from .capture.attention import canonicalize_attention
+from .capture.sizes import sizes_from_inputs
 from .capture.preserve import INDUCTOR_DECOMPOSITIONS, preserve_ops
 from .capture import capture_decompositions, needs_gradients, weight_input_indices
 from .log import logger
@@ -260,6 +261,7 @@ def _hybrid_graph(gm: fx.GraphModule, weights: dict, n_dynamo_inputs: int, opts:
                   report: CompileReport, store, policy: Policy, loaded: dict):
     t0 = time.perf_counter()
     canonicalize_attention(gm)
+    sizes_from_inputs(gm)
     constants = _constants(gm, weights, n_dynamo_inputs)
     delegate_objs = [_delegates.get_delegate(n) for n in opts.resolved_delegates()]
     plan = partition_graph(gm.graph, delegate_objs, opts.min_block_size, opts.force_inductor_ops, frozenset(constants))

@@ -100,3 +100,35 @@ def test_engine_bound_routes_new_shapes_through_inductor(caplog):
         _check(compiled, model, torch.randn(batch, 3, 8, 8))
     assert _engines(report) == [2] and len(part.events) == 1, part.events
     assert sum("max_engines_per_partition=2" in r.getMessage() for r in caplog.records) == 1
+
+
+class ShapeReadingBlock(nn.Module):
+    """``B, C, H, W = y.shape`` on an intermediate tensor, as PVT, LeViT and EdgeNeXt do around their token
+    mixers. The captured graph reads the size from the convolution's output (``sym_size``) to feed the reshapes;
+    that read used to pull the convolution out of the block (a path from the block through the size node and back),
+    leaving it alone with Inductor and the model in one partition per such read."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = nn.Conv2d(3, 8, 3, stride=2, padding=1)
+        self.norm = nn.LayerNorm(8)
+        self.proj = nn.Conv2d(8, 4, 1)
+
+    def forward(self, x):
+        y = self.conv(x)
+        b, c, h, w = y.shape
+        t = self.norm(y.flatten(2).transpose(1, 2))
+        y = t.transpose(1, 2).reshape(b, c, h, w)
+        return self.proj(y).relu().reshape(b, -1, h * w).mean(-1) + y.shape[-1]
+
+
+def test_sizes_read_from_intermediate_tensors_keep_the_block_whole():
+    model = ShapeReadingBlock().eval()
+    compiled = torch.compile(model, backend="hybrid_trt", dynamic=True)
+    for size in (16, 24, 13):
+        _check(compiled, model, torch.randn(2, 3, size, size + 2))
+    report = hybrid_trt.last_report()
+    assert not report.inductor_ops and len(report.partitions) == 1, report.table()
+    assert any(isinstance(d, str) for d in report.partitions[0].input_shapes[0]), report.table()  # symbolic sizes
+    assert _engines(report) == [3]
