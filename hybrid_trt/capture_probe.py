@@ -5,8 +5,8 @@ capture of an ONNX Runtime run fails half-way (a synchronous copy or an allocati
 provider's bookkeeping is left inconsistent and the process was seen to abort later, at teardown (H200, three
 test workers after the detector model). So the capture is tried where a failure costs nothing: a child process
 loads the same engine from the engine store by its content key, runs it, captures one run, inspects the captured
-nodes (``cudagraphs._probe``), replays it on new data and compares with an uncaptured run, times its replays
-(what measured placement compares Inductor with), then exits normally.
+nodes (``cudagraphs._probe``), replays it on new data and compares with an uncaptured run, for measured placement
+also times its replays (what placement compares Inductor with), then exits normally.
 A partition is cleared only when all of that succeeded *and* the child exited cleanly; anything else keeps it
 outside CUDA graphs, with the child's reason in the report.
 

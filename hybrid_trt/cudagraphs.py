@@ -188,7 +188,8 @@ def _probe(runtime, inputs, sizes=(), time_replay: bool = False) -> ProbeResult:
     checked = _capture_check(runtime, inputs, sizes)
     if isinstance(checked, str):
         return ProbeResult(checked)
-    return ProbeResult(None, _replay_ms(checked, runtime.device) if time_replay else None)
+    graph, _static = checked  # its replays read those inputs: they stay allocated until the timing is done
+    return ProbeResult(None, _replay_ms(graph, runtime.device) if time_replay else None)
 
 
 def _replay_ms(graph, device: torch.device) -> Optional[float]:
@@ -210,7 +211,7 @@ _TIMED_REPLAYS = 15
 
 
 def _capture_check(runtime, inputs, sizes):
-    """The captured graph, replayed once and checked; or why it cannot be used (a str)."""
+    """The captured graph, replayed once and checked, with the inputs it reads; or why it cannot be used (a str)."""
     try:
         runtime.run(inputs, sizes)  # the first call: engine-side lazy set-up and allocations, fallback check
         runtime.run(inputs, sizes)
@@ -239,7 +240,7 @@ def _capture_check(runtime, inputs, sizes):
         if not torch.allclose(got.float(), want.float(), rtol=1e-2, atol=1e-2, equal_nan=True):
             diff = (got.float() - want.float()).abs().nan_to_num(0.0).max().item()
             return f"its replay on new inputs differs from an uncaptured run (output {i}, max |diff| {diff:.3g})"
-    return graph
+    return graph, static
 
 
 # Node types of a captured graph that cannot be replayed safely (CUgraphNodeType, cuda.h): a host function is
