@@ -102,7 +102,12 @@ def _probe_for_replay(candidates: Sequence[Candidate], cuda_graphs: bool, store)
     if not todo:
         return {}
     from .cudagraphs import probe_engines
-    return probe_engines(todo, time_replay=True)
+    try:
+        return probe_engines(todo, time_replay=True)
+    except Exception as e:  # noqa: BLE001 - no replay times: the engines are timed by wall time instead
+        logger.warning("hybrid_trt: the capture probe for placement failed (%s: %s); delegates are timed by wall "
+                       "time", type(e).__name__, e)
+        return {}
 
 
 def timings(device: torch.device, cuda_graphs: bool, probe) -> tuple:

@@ -343,6 +343,11 @@ def test_only_capture_safe_gpu_engines_without_a_verdict_are_probed(tmp_path, mo
     placement._probe_for_replay(candidates, False, store)
     assert len(calls) == 1  # no CUDA graphs: nothing to probe
 
+    def failing(entries, time_replay=False):
+        raise OSError("injected: no process could start")
+    monkeypatch.setattr(cudagraphs, "probe_engines", failing)
+    assert placement._probe_for_replay(candidates, True, store) == {}  # wall time instead; the compile goes on
+
 
 def test_device_spin_ignores_first_call_costs(monkeypatch):
     """The spin kernel that hides the host's enqueueing is sized from the warm-up calls' host time, but not from
