@@ -2,6 +2,7 @@
 shape, a seen shape reuses its engine, and past max_engines_per_partition new shapes run through Inductor."""
 import logging
 
+import pytest
 import torch
 import torch.nn as nn
 
@@ -102,32 +103,42 @@ def test_engine_bound_routes_new_shapes_through_inductor(caplog):
     assert sum("max_engines_per_partition=2" in r.getMessage() for r in caplog.records) == 1
 
 
+class _TokenMixer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.q = nn.Linear(8, 8)
+
+    def forward(self, x):
+        b, n, c = x.shape  # n: the view's -1 below, h * w (h**2 in the trace for square inputs)
+        return self.q(x).reshape(b, n, 2, -1).permute(0, 2, 1, 3).reshape(b, n, c) + x
+
+
 class ShapeReadingBlock(nn.Module):
-    """``B, C, H, W = y.shape`` on an intermediate tensor, as PVT, LeViT and EdgeNeXt do around their token
-    mixers. The captured graph reads the size from the convolution's output (``sym_size``) to feed the reshapes;
-    that read used to pull the convolution out of the block (a path from the block through the size node and back),
-    leaving it alone with Inductor and the model in one partition per such read."""
+    """Sizes read from intermediate tensors (``b, h, w, c = x.shape``, then ``b, n, c = x.shape`` in a submodule), as
+    PVT-v2's stages and attention do. The captured graph reads them with ``sym_size`` to feed the reshapes; each
+    read used to pull the ops before it out of the block (a path from the block through the size node and back),
+    so the model was cut into one partition per read."""
 
     def __init__(self):
         super().__init__()
         torch.manual_seed(0)
         self.conv = nn.Conv2d(3, 8, 3, stride=2, padding=1)
         self.norm = nn.LayerNorm(8)
-        self.proj = nn.Conv2d(8, 4, 1)
+        self.mixer = _TokenMixer()
 
     def forward(self, x):
-        y = self.conv(x)
-        b, c, h, w = y.shape
-        t = self.norm(y.flatten(2).transpose(1, 2))
-        y = t.transpose(1, 2).reshape(b, c, h, w)
-        return self.proj(y).relu().reshape(b, -1, h * w).mean(-1) + y.shape[-1]
+        x = self.norm(self.conv(x).permute(0, 2, 3, 1))
+        b, h, w, c = x.shape
+        x = self.mixer(x.reshape(b, -1, c))
+        return x.transpose(1, 2).reshape(b, c, h, w).relu()
 
 
-def test_sizes_read_from_intermediate_tensors_keep_the_block_whole():
+@pytest.mark.parametrize("extra_width", [2, 0], ids=["h_ne_w", "square"])
+def test_sizes_read_from_intermediate_tensors_keep_the_block_whole(extra_width):
     model = ShapeReadingBlock().eval()
     compiled = torch.compile(model, backend="hybrid_trt", dynamic=True)
     for size in (16, 24, 13):
-        _check(compiled, model, torch.randn(2, 3, size, size + 2))
+        _check(compiled, model, torch.randn(2, 3, size, size + extra_width))
     report = hybrid_trt.last_report()
     assert not report.inductor_ops and len(report.partitions) == 1, report.table()
     assert any(isinstance(d, str) for d in report.partitions[0].input_shapes[0]), report.table()  # symbolic sizes

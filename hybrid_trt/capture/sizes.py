@@ -137,6 +137,8 @@ def _build(graph: fx.Graph, expr, symbols: dict, built: dict, new: list):
         built[expr] = node
         return node
     handler = _handlers().get(type(expr))
+    if isinstance(expr, sympy.Pow) and isinstance(expr.exp, sympy.Integer) and expr.exp > 0:
+        handler = _binary(operator.pow)  # sympy's own form of x * x (a token count h * w with h == w)
     if handler is None:
         raise NotImplementedError(type(expr).__name__)
     args = [_build(graph, a, symbols, built, new) for a in expr.args]
