@@ -60,7 +60,7 @@ TOLERANCE = {"float32": 1e-3, "float16": 2e-2, "bfloat16": 5e-2}
 class Case:
     name: str
     source: str     # torchvision | timm
-    kind: str       # classifier | detector | segmentation | video
+    kind: str       # classifier | detector | segmentation | video | flow
     make: Callable  # () -> (model, args tuple), float32 on CPU; the worker moves both to the device and dtype
     input: str      # for the table
     note: str = ""  # why the case is set up as it is (thresholds, sizes)
@@ -89,6 +89,15 @@ def _tv_video(name: str, frames: int = 4, size: int = 56, **kw) -> Case:
         import torchvision
         return torchvision.models.get_model(name, weights=None, **kw), (torch.randn(1, 3, frames, size, size),)
     return Case(f"tv_{name}", "torchvision", "video", make, f"1x3x{frames}x{size}x{size}")
+
+
+def _tv_flow(name: str, size: int = 128) -> Case:
+    def make():
+        import torch
+        import torchvision
+        model = torchvision.models.get_model(name, weights=None)
+        return model, (torch.rand(1, 3, size, size), torch.rand(1, 3, size, size))
+    return Case(f"tv_{name}", "torchvision", "flow", make, f"2x 1x3x{size}x{size}")
 
 
 def _tv_det(name: str, size: int = 160, detections: int = 20, **kw) -> Case:
@@ -179,6 +188,10 @@ CASES: list[Case] = [
     _tv("vit_b_16", size=64, image_size=64),
     _tv("swin_t"),
     _tv("maxvit_t", size=224),
+    _tv("googlenet", aux_logits=False, init_weights=True),
+    _tv("inception_v3", size=75, aux_logits=False, init_weights=True),  # 75x75: its smallest input
+    _tv("mnasnet0_5"),
+    _tv("swin_v2_t"),
     # torchvision segmentation
     _tv_seg("lraspp_mobilenet_v3_large"),
     _tv_seg("deeplabv3_mobilenet_v3_large"),
@@ -192,9 +205,13 @@ CASES: list[Case] = [
     _tv_det("fasterrcnn_resnet50_fpn", **_DET_SMALL),
     _tv_det("ssd300_vgg16", size=160),
     _tv_det("maskrcnn_resnet50_fpn", **_DET_SMALL),
+    _tv_det("keypointrcnn_resnet50_fpn", **_DET_SMALL),
     # torchvision video
     _tv_video("r3d_18"),
     _tv_video("r2plus1d_18"),
+    _tv_video("mc3_18"),
+    # torchvision optical flow (two images; a list of flow fields, one per refinement step)
+    _tv_flow("raft_small"),
     # timm families
     _timm("resnet18"),
     _timm("convnext_atto"),
@@ -208,6 +225,30 @@ CASES: list[Case] = [
     _timm("maxvit_rmlp_pico_rw_256", img_size=64),
     _timm("efficientformer_l1", size=224),  # its attention bias is sized for 224 inputs
     _timm("fastvit_t8"),
+    # timm families tried as a new user would (issue 7): ghost modules, LeViT's attention biases, pooling token
+    # mixers, GRN, linear attention, HRNet's multi-resolution fusion, DLA's aggregation, reparameterised convs,
+    # MobileViT's unfold/fold, EdgeNeXt's positional encoding, spatial-reduction attention, MLP-Mixer, CaiT's
+    # class attention, BEiT's relative position bias
+    _timm("ghostnet_050"),
+    _timm("ghostnetv2_100"),
+    _timm("levit_128s", size=224),  # its attention biases are sized for 224 inputs
+    _timm("poolformer_s12"),
+    _timm("poolformerv2_s12"),
+    _timm("convnextv2_atto"),
+    _timm("efficientvit_b0"),
+    _timm("efficientvit_m0", size=224),
+    _timm("coat_lite_tiny", size=224, img_size=224),
+    _timm("hrnet_w18_small"),
+    _timm("dla34"),
+    _timm("repvgg_a0"),
+    _timm("mobilevit_xxs"),
+    _timm("edgenext_xx_small"),
+    _timm("tiny_vit_5m_224", size=224),
+    _timm("pvt_v2_b0"),
+    _timm("rexnet_100"),
+    _timm("mixer_s16_224", img_size=64),
+    _timm("cait_xxs24_224", size=224),
+    _timm("beit_base_patch16_224", img_size=64),
 ]
 CASES_BY_NAME = {c.name: c for c in CASES}
 
