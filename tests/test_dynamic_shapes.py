@@ -143,3 +143,32 @@ def test_sizes_read_from_intermediate_tensors_keep_the_block_whole(extra_width):
     assert not report.inductor_ops and len(report.partitions) == 1, report.table()
     assert any(isinstance(d, str) for d in report.partitions[0].input_shapes[0]), report.table()  # symbolic sizes
     assert _engines(report) == [3]
+
+
+class FourierPositions(nn.Module):
+    """A DETR-style positional encoding (EdgeNeXt's): the running count of an all-ones mask as large as the feature
+    map. With symbolic sizes the mask is no constant, so the bool cumsum must delegate or it splits the block."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.proj = nn.Conv2d(8, 4, 1)
+
+    def forward(self, x):
+        y = self.conv(x)
+        b, c, h, w = y.shape
+        mask = torch.ones(b, h, w, dtype=torch.bool, device=y.device)
+        rows = mask.cumsum(1, dtype=torch.float32) / h
+        cols = mask.cumsum(2) * 0.1  # int64 without dtype=
+        return self.proj(y + (rows + cols).unsqueeze(1))
+
+
+def test_bool_mask_cumsum_delegates_with_symbolic_sizes():
+    model = FourierPositions().eval()
+    compiled = torch.compile(model, backend="hybrid_trt", dynamic=True)
+    for size in (8, 12):
+        _check(compiled, model, torch.randn(2, 3, size, size + 1))
+    report = hybrid_trt.last_report()
+    assert not report.inductor_ops and len(report.partitions) == 1, report.table()
+    assert report.partitions[0].ops.get("aten.cumsum.default") == 2, report.table()

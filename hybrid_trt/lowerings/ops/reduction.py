@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from ..registry import ANY, FLOAT, NUMERIC, lowering
+from ..registry import ANY, BOOL, FLOAT, NUMERIC, lowering
 from ._util import dims, nan_mask, where_nan
 
 aten = torch.ops.aten
@@ -139,7 +139,9 @@ def lower_var(ctx, node):
     return (var, mean)
 
 
-@lowering(aten.cumsum.default, dtypes=NUMERIC, check=_check_not_0d)
+# A bool input too: a mask's running count (DETR-style Fourier positional encodings, EdgeNeXt's among them,
+# cumsum an all-ones mask; with symbolic sizes that mask is no constant, and declining split the block).
+@lowering(aten.cumsum.default, dtypes=NUMERIC | BOOL, check=_check_not_0d)
 def lower_cumsum(ctx, node):
     x, dim = node.args[:2]
     dtype = ctx.dtype(node)
