@@ -662,6 +662,26 @@ def test_as_strided_is_taken_only_where_it_reads_its_input_in_row_major_order():
     assert reason((4, 6), [5, 6], [6, 1]) is not None                       # past the input's elements
 
 
+def test_as_strided_with_symbolic_sizes_is_taken_where_row_major_order_is_provable():
+    """EdgeNeXt at dynamic=True restrides its pooled (B, C, 1, 1) head like ConvNeXt, with B symbolic: the check
+    declined every symbolic size, which split the head from the rest of the model. Now it decides from the traced
+    sizes, taking what holds for every size the trace allows and declining what it cannot prove."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def fn(x):
+        pooled = x.mean((2, 3), keepdim=True)
+        b, c = x.shape[:2]
+        return (torch.as_strided(pooled, (b, c, 1, 1), (c, 1, c, c)),      # size-1 dims restrided: row-major
+                torch.as_strided(pooled, (b, c, 1, 1), (1, b, 1, 1)),      # a transposed read
+                torch.as_strided(pooled, (b, 4, 1, 1), (4, 1, 4, 4)))      # 4 * b <= c * b is not provable
+    gm = make_fx(fn, tracing_mode="symbolic")(torch.randn(3, 8, 4, 4))
+    calls = [n for n in gm.graph.nodes if n.target is aten.as_strided.default]
+    assert any(isinstance(s, torch.SymInt) for s in calls[0].meta["val"].shape)
+    reasons = [_LOWERINGS[aten.as_strided.default].unsupported_reason(n) for n in calls]
+    assert reasons[0] is None, reasons
+    assert "row-major" in reasons[1] and "past its input" in reasons[2], reasons
+
+
 # -- max pool: NaN- and inf-exact on ONNX Runtime's CPU kernels, without leaving its NCHWc layout ------------------
 def _max_pool_module(producer, kernel, stride, padding, dilation, ceil_mode):
     graph = fx.Graph()

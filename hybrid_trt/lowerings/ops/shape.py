@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 import torch.fx as fx
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from ..registry import ANY, lowering
 from ._dims import dim_of, slice_bound, traced, traced_shape
@@ -68,23 +69,30 @@ def _check_as_strided(node):
     in its own order are taken (the same elements as a Reshape, or a prefix of them). ConvNeXt's classifier
     restrides the pooled (1, C, 1, 1) tensor's size-1 dims this way, which split its graph in two partitions."""
     x, out = node.args[0].meta.get("val"), node.meta.get("val")
-    size, stride = node.args[1], node.args[2]
     offset = node.args[3] if len(node.args) > 3 else node.kwargs.get("storage_offset")
     if not isinstance(x, torch.Tensor) or not isinstance(out, torch.Tensor):
         return "no traced value"
-    ints = list(x.shape) + list(x.stride()) + [x.storage_offset()] + list(size) + list(stride) + [offset or 0]
-    if not all(isinstance(v, int) for v in ints):
-        return "symbolic sizes or strides"
-    if not x.is_contiguous():
+    if isinstance(offset, fx.Node):
+        offset = offset.meta.get("val")
+    # With symbolic sizes (the batch of EdgeNeXt's pooled head, restrided like ConvNeXt's) each condition must
+    # hold for every size the trace allows; one it cannot prove declines, and nothing here adds a guard.
+    if not _row_major(x.shape, x.stride()):
         return "reads the storage of a non-contiguous tensor"
-    if offset is not None and offset != x.storage_offset():
+    if offset is not None and not statically_known_true(offset == x.storage_offset()):
         return "storage offset other than its input's"
+    if not _row_major(out.shape, out.stride()):  # the traced output has the size and stride arguments
+        return "strides that do not read the input in row-major order"
+    return None if statically_known_true(out.numel() <= x.numel()) else "reads past its input's elements"
+
+
+def _row_major(sizes, strides) -> bool:
+    """Whether these are provably a row-major tensor's strides (a size-1 dim's stride is free)."""
     expected = 1
-    for n, st in zip(reversed(size), reversed(stride)):
-        if n != 1 and st != expected:
-            return "strides that do not read the input in row-major order"
-        expected *= n
-    return None if out.numel() <= x.numel() else "reads past its input's elements"
+    for n, st in zip(reversed(sizes), reversed(strides)):
+        if not statically_known_true(n == 1) and not statically_known_true(st == expected):
+            return False
+        expected = expected * n
+    return True
 
 
 @lowering(aten.as_strided.default, dtypes=ANY, check=_check_as_strided)
