@@ -22,7 +22,7 @@ from .capture import capture_decompositions, needs_gradients, weight_input_indic
 from .log import logger
 from .options import Options, make_options
 from .partitioner import partition_graph
-from .partitioner.capability import NodeKind, classify, op_name
+from .partitioner.capability import NodeKind, classify, declined_for_dtype_or_device, op_name
 from .partitioner.extract import extract
 from .report import CompileReport, InductorOp, PartitionReport, new_report
 from .engines.graph import GraphCache, graph_key, open_graph, source_hashes_in_background
@@ -310,10 +310,24 @@ def _hybrid_graph(gm: fx.GraphModule, weights: dict, n_dynamo_inputs: int, opts:
             continue
         delegated.append(_Delegated(part.nodes, ex, runtime.key, runtime, candidate.report))
     report.inductor_ops = [InductorOp(n.name, op_name(n), why) for n, why in reasons.items()]
+    if not plan.partitions:
+        _warn_if_declined_whole(report)
     for d in delegated:
         keep_traced_strides(gm, d.nodes, d.extracted.outputs)
     report.partition_seconds = time.perf_counter() - t0
     return delegated
+
+
+def _warn_if_declined_whole(report: CompileReport) -> None:
+    """A graph none of whose ops a delegate takes because of the model's dtype or device (a bfloat16 model, a CPU
+    model with a GPU-only delegate) runs as plain Inductor: the user asked for delegation, so it is said once,
+    with the reason, instead of only in the report."""
+    declined = Counter(op.reason for op in report.inductor_ops if declined_for_dtype_or_device(op.reason))
+    if declined:
+        reason, _count = declined.most_common(1)[0]
+        logger.warning("hybrid_trt: graph %d: no op delegated (%d of %d declined: %s); it runs as plain Inductor "
+                       "(README, 'Status and limits')", report.graph_index, sum(declined.values()),
+                       len(report.inductor_ops), reason)
 
 
 def _stitched(gm: fx.GraphModule, delegated: list, aot_inputs, report: CompileReport) -> fx.GraphModule:

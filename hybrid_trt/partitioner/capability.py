@@ -69,6 +69,12 @@ def unsupported_reason(node: fx.Node, delegate, forced_to_inductor: frozenset) -
     return delegate.node_unsupported_reason(node)
 
 
+def declined_for_dtype_or_device(reason: str) -> bool:
+    """Whether ``reason`` (from ``unsupported_reason``) declines a node for its dtype or device: a setting of the
+    model (bfloat16, a device the delegate lacks), not a lowering missing from hybrid_trt."""
+    return reason.endswith(" not supported") and (": dtype " in reason or ": device " in reason)
+
+
 def node_device(node: fx.Node) -> Optional[torch.device]:
     """The device of the first tensor ``node`` produces (None: it produces no tensor)."""
     val = node.meta.get("val")
