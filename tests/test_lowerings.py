@@ -235,6 +235,11 @@ SAMPLES: dict[Any, list[Case]] = {
     aten.embedding.default: [C(W(rn(10, 4)), T(torch.tensor([[1, 9], [0, 1]])))],
     aten.gather.default: [C(T(X3()), 2, T(ri(2, 4, 3, lo=0, hi=5))),
                           C(T(rn(1).reshape(())), 0, T(torch.tensor(0)), id="0d")],
+    aten.index.Tensor: [C(T(X3()), [None, T(torch.tensor([[3, 0], [-1, 2]]))], id="one_index"),
+                        C(T(rn(10, 4)), [T(torch.tensor([1, 9, -10, 0]))], id="leading"),
+                        C(T(ri(3, 4)), [T(torch.tensor([2, 0])), T(torch.tensor([-1, 1]))], id="two_leading_int64"),
+                        C(T(X4()), [T(ri(2, 3, lo=0, hi=2)), T(ri(2, 3, lo=-3, hi=3, seed=1))], id="two_of_4d"),
+                        C(T(X3()), [None, None, T(torch.tensor([4, 1], dtype=torch.int32))], id="int32_last")],
     aten.topk.default: [C(T(X3()), 3, outputs=(0, 1)), C(T(X3()), 2, 1, False, outputs=(0, 1), id="smallest_dim1"),
                         C(T(rn(1).reshape(())), 1, outputs=(0, 1), id="0d")],
     # linear.py
@@ -895,3 +900,40 @@ def test_ops_kept_whole_at_capture_delegate_with_their_neighbours():
     ops = report.partitions[0].ops
     for op in ("aten.addcmul.default", "aten.pow.Scalar", "aten.any.dim"):
         assert op in ops, (op, report.table())
+
+
+class _RelativePositionBias(torch.nn.Module):
+    """Swin/BEiT's relative position bias: a learned table read at a fixed index (``table[index]``), added to the
+    attention scores; and a read with two non-leading index tensors, which is not lowered."""
+
+    def __init__(self, window=3, heads=2):
+        super().__init__()
+        n = window * window
+        self.table = torch.nn.Parameter(torch.randn((2 * window - 1) ** 2, heads))
+        coords = torch.stack(torch.meshgrid(torch.arange(window), torch.arange(window), indexing="ij")).flatten(1)
+        rel = (coords[:, :, None] - coords[:, None, :]).permute(1, 2, 0) + (window - 1)
+        self.register_buffer("index", (rel[..., 0] * (2 * window - 1) + rel[..., 1]).reshape(-1))
+        self.rows = torch.nn.Buffer(torch.tensor([0, 2, 1]))
+        self.n, self.heads = n, heads
+
+    def forward(self, q, k):
+        bias = self.table[self.index].view(self.n, self.n, self.heads).permute(2, 0, 1)
+        scores = torch.softmax(q @ k.transpose(-1, -2) + bias, dim=-1)
+        return scores, scores[:, :, self.rows, self.rows]  # non-leading pair: stays with Inductor
+
+
+def test_advanced_indexing_delegates_with_its_block():
+    """``index.Tensor`` with one index tensor (a Gather) joins the attention block around it; two non-leading
+    index tensors (ATen moves the result dims) stay with Inductor with the reason, and both outputs match eager."""
+    torch.manual_seed(0)
+    model = _RelativePositionBias().eval()
+    q, k = torch.randn(2, 2, 9, 4), torch.randn(2, 2, 9, 4)
+    with torch.no_grad():
+        expected = model(q, k)
+        actual = torch.compile(model, backend="hybrid_trt")(q, k)
+    report = hybrid_trt.last_report()
+    for a, e in zip(actual, expected):
+        assert_close(a, e, rtol=1e-5, atol=1e-5)
+    assert len(report.partitions) == 1 and "aten.index.Tensor" in report.partitions[0].ops, report.table()
+    assert [op.reason for op in report.inductor_ops if op.op == "aten.index.Tensor"] == \
+        ["several index tensors that are not leading or differ in shape"], report.table()

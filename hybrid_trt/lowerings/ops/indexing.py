@@ -1,4 +1,4 @@
-"""Gathers: index_select, embedding, gather, topk."""
+"""Gathers: index_select, embedding, gather, advanced indexing (index.Tensor), topk."""
 from __future__ import annotations
 
 import torch
@@ -44,6 +44,38 @@ def lower_gather(ctx, node):
         return reshape(ctx, picked, [])
     axis = dims(ctx.arg(dim), len(ctx.shape(x)))[0]
     return ctx.op("GatherElements", ctx.input(x), ctx.input(index, torch.int64), axis=axis)
+
+
+def _index_positions(node) -> list[int]:
+    return [i for i, idx in enumerate(node.args[1]) if idx is not None]
+
+
+def _check_index(node):
+    # x[..., idx, ...] with one integer index tensor is a Gather on that axis; x[i0, i1, ...] with leading index
+    # tensors of one shape is a GatherND. Other forms (boolean masks: data-dependent sizes; broadcasting or
+    # non-leading multiple indices, whose result dims ATen moves around) are not lowered.
+    indices = node.args[1]
+    for idx in indices:
+        if idx is not None and idx.meta["val"].dtype not in (torch.int64, torch.int32):
+            return f"{idx.meta['val'].dtype} index (a mask: data-dependent size)"
+    positions = _index_positions(node)
+    if len(positions) == 1:
+        return None
+    shapes = {tuple(indices[i].meta["val"].shape) for i in positions}
+    if positions != list(range(len(positions))) or len(shapes) != 1:
+        return "several index tensors that are not leading or differ in shape"
+    return None
+
+
+@lowering(aten.index.Tensor, dtypes=ANY, check=_check_index)
+def lower_index(ctx, node):
+    x, indices = node.args[:2]
+    positions = _index_positions(node)
+    if len(positions) == 1:
+        return ctx.op("Gather", ctx.input(x), ctx.input(indices[positions[0]], torch.int64), axis=positions[0])
+    stacked = ctx.op("Concat", *[ctx.op("Unsqueeze", ctx.input(indices[i], torch.int64), ctx.ints([-1]))
+                                 for i in positions], axis=-1)
+    return ctx.op("GatherND", ctx.input(x), stacked)
 
 
 @lowering(aten.topk.default, dtypes=NUMERIC)
