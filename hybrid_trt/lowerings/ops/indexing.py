@@ -52,8 +52,9 @@ def _index_positions(node) -> list[int]:
 
 def _check_index(node):
     # x[..., idx, ...] with one integer index tensor is a Gather on that axis; x[i0, i1, ...] with leading index
-    # tensors of one shape is a GatherND. Other forms (boolean masks: data-dependent sizes; broadcasting or
-    # non-leading multiple indices, whose result dims ATen moves around) are not lowered.
+    # tensors (broadcast to one static shape: grid_sample's decomposition reads x[n, c, iy, ix]) is a GatherND.
+    # Other forms (boolean masks: data-dependent sizes; several indices after a sliced dim, whose result dims ATen
+    # moves to the front) are not lowered.
     indices = node.args[1]
     for idx in indices:
         if idx is not None and idx.meta["val"].dtype not in (torch.int64, torch.int32):
@@ -61,9 +62,11 @@ def _check_index(node):
     positions = _index_positions(node)
     if len(positions) == 1:
         return None
-    shapes = {tuple(indices[i].meta["val"].shape) for i in positions}
-    if positions != list(range(len(positions))) or len(shapes) != 1:
-        return "several index tensors that are not leading or differ in shape"
+    if positions != list(range(len(positions))):
+        return "several index tensors after a sliced dim"
+    shapes = [indices[i].meta["val"].shape for i in positions]
+    if not all(isinstance(s, int) for shape in shapes for s in shape):
+        return "several index tensors with symbolic shapes"
     return None
 
 
@@ -73,7 +76,9 @@ def lower_index(ctx, node):
     positions = _index_positions(node)
     if len(positions) == 1:
         return ctx.op("Gather", ctx.input(x), ctx.input(indices[positions[0]], torch.int64), axis=positions[0])
-    stacked = ctx.op("Concat", *[ctx.op("Unsqueeze", ctx.input(indices[i], torch.int64), ctx.ints([-1]))
+    shape = list(torch.broadcast_shapes(*[indices[i].meta["val"].shape for i in positions]))
+    stacked = ctx.op("Concat", *[ctx.op("Unsqueeze", ctx.op("Expand", ctx.input(indices[i], torch.int64),
+                                                            ctx.ints(shape)), ctx.ints([-1]))
                                  for i in positions], axis=-1)
     return ctx.op("GatherND", ctx.input(x), stacked)
 
