@@ -940,3 +940,20 @@ def test_advanced_indexing_delegates_with_its_block():
     assert len(report.partitions) == 1 and "aten.index.Tensor" in report.partitions[0].ops, report.table()
     assert [op.reason for op in report.inductor_ops if op.op == "aten.index.Tensor"] == \
         ["several index tensors after a sliced dim"], report.table()
+
+
+def test_grid_sample_delegates_whole():
+    """grid_sample reaches the partitioner decomposed into reads x[n, c, iy, ix] whose index tensors broadcast from
+    different shapes (RAFT's correlation lookup: 192 such reads, once 13 partitions); they lower to GatherND and
+    the sampler joins its neighbours in one partition."""
+    class Sampler(torch.nn.Module):
+        def forward(self, x, grid):
+            return torch.nn.functional.grid_sample(torch.relu(x), grid, align_corners=True).sigmoid()
+    x, grid = torch.randn(2, 3, 8, 8), torch.rand(2, 5, 6, 2) * 2.2 - 1.1  # some points outside: zero padding
+    with torch.no_grad():
+        expected = Sampler()(x, grid)
+        actual = torch.compile(Sampler(), backend="hybrid_trt")(x, grid)
+    report = hybrid_trt.last_report()
+    assert_close(actual, expected, rtol=1e-5, atol=1e-5)
+    assert not report.inductor_ops and len(report.partitions) == 1, report.table()
+    assert "aten.index.Tensor" in report.partitions[0].ops, report.table()
