@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Device-call stages for the H200 (onnxruntime-gpu in /tmp/site, spconv in /tmp/spsite), run from a `git archive`
 # of the commit under test. Logs under $OUT/s4, returned as one tarball per stage.
-# Usage: scripts/gpu_session4.sh checks|sparse|cg|probe|conf
+# Usage: scripts/gpu_session4.sh checks|verify|sparse|cg|probe|conf|confnew [models fp16-models]
 set -uo pipefail
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 OUT=${OUT:-/tmp/out}
 export HYBRID_TRT_CACHE_DIR=/tmp/htrt-cache TORCHINDUCTOR_CACHE_DIR=/tmp/ind-cache
@@ -20,6 +20,31 @@ case ${1:-checks} in
     timeout 120 python3 scripts/gpu_range_generic_check.py cuda > $L/range_generic.log 2>&1; echo "range generic rc=$?"
     tail -12 $L/range_generic.log | cut -c1-300
     tar czf $OUT/s4_checks.tgz -C $OUT s4
+    ;;
+  verify)  # CUDA tests of placement, capture probe and graphs; fp16 lowerings on CUDA; dynamic ranges (issue 9)
+    timeout 330 python3 -m pytest -q -p no:cacheprovider tests/test_placement.py tests/test_capture_probe.py \
+      tests/test_cuda_graphs.py tests/test_cuda_ordering.py > $L/tests.log 2>&1; echo "tests rc=$?"
+    grep -E "^(FAILED|ERROR)|passed|failed" $L/tests.log | tail -15
+    timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_lowerings.py -k "cuda" > $L/lowerings_cuda.log 2>&1
+    echo "lowerings cuda rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed" $L/lowerings_cuda.log | tail -15
+    timeout 100 python3 scripts/gpu_range_generic_check.py cuda > $L/range_generic.log 2>&1; echo "range generic rc=$?"
+    tail -12 $L/range_generic.log | cut -c1-300
+    tar czf $OUT/s4_verify.tgz -C $OUT s4
+    ;;
+  confnew)  # conformance of the given models in fp32 and fp16, default options, two lanes per dtype
+    i=0
+    for dt in float32 float16; do
+      for m in ${2:?models lane 1} ${3:?models lane 2}; do
+        i=$((i+1))
+        (CONFORMANCE_LOG_DIR=$L/logs/$dt$i timeout 550 python3 benchmarks/conformance.py --device cuda --dtype $dt \
+           --models "$m" --timeout 200 --latency-s 1 --budget-min 8.5 \
+           --note "H200; four lanes side by side (latency ratios within one process, GPU and cores shared)" \
+           --out $L/confnew_${dt}_$i.md > $L/confnew_${dt}_$i.log 2>&1) &
+      done
+    done
+    wait
+    grep -hE "summary|FAILED|slow|MISMATCH" $L/confnew_*.md | cut -c1-300
+    tar czf $OUT/s4_confnew.tgz -C $OUT s4
     ;;
   sparse)  # sparse layers and end to end against native spconv (nothing else on the GPU meanwhile)
     export PYTHONPATH=/tmp/spsite:$PYTHONPATH
