@@ -99,7 +99,7 @@ class Session:
         import torch
         from hybrid_trt.delegates import get_delegate
         delegate = get_delegate("onnxruntime")
-        opts = {"provider": "cpu", "threads": threads, "use_tf32": False}
+        opts = {"provider": "cpu", "threads": threads, "tf32_convolutions": False, "tf32_matmul": False}
         with tempfile.TemporaryDirectory() as tmp:
             opt_path = os.path.join(tmp, "opt.onnx")
             with open(path, "rb") as f:

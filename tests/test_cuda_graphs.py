@@ -104,7 +104,7 @@ def test_no_cuda_graph_record_without_the_option():
 def test_capture_safety_declarations():
     ort = get_delegate("onnxruntime")
     cuda, cpu = torch.device("cuda", 0), torch.device("cpu")
-    opts = {"provider": "auto", "threads": 1, "use_tf32": False}
+    opts = {"provider": "auto", "threads": 1, "tf32_convolutions": False, "tf32_matmul": False}
     assert ort.capture_unsafe_reason(cuda, opts) is None  # CUDA provider on its stream joined by events
     assert "CPU" in ort.capture_unsafe_reason(cpu, opts)
     assert "CPU" in ort.capture_unsafe_reason(cuda, {**opts, "provider": "cpu"})

@@ -1,5 +1,7 @@
 """The onnxruntime delegate on its own: engines fed through IO binding (outputs are fresh torch tensors, inputs of
 any layout), thread count following torch or the option, CPU provider."""
+import json
+
 import onnx
 import pytest
 import torch
@@ -94,7 +96,7 @@ def test_serialize_and_load_skip_graph_optimization(tmp_path):
     options = make_options(environ={})
     engine = _build(options, keep_serialized=True)
     files = delegate.serialize(engine)
-    assert set(files) == {"model.onnx", "optimized.onnx"}
+    assert set(files) == {"model.onnx", "optimized.onnx", "session.json"}
     assert onnx.load_from_string(files["model.onnx"]).graph.node[0].op_type == "Add"
     onnx.load_from_string(files["optimized.onnx"])  # a valid ONNX model
     metas = [torch.empty(2, 3, device="meta"), torch.empty(2, 1, dtype=torch.int64, device="meta")]
@@ -119,6 +121,53 @@ def test_options_from_reads_only_its_settings():
     assert base["threads"] == 1 and base["provider"] == "auto"
     assert delegate.options_from(make_options({"num_threads": 1, "min_block_size": 7}, environ={})) == base
     assert delegate.options_from(make_options({"num_threads": 2}, environ={})) != base
+
+
+def _one_node_model(op_type, domain=""):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 2])
+    out = helper.make_tensor_value_info("out", TensorProto.FLOAT, None)
+    inputs = ["x", "x"] if op_type in ("MatMul", "Gemm", "Conv") else ["x"]
+    graph = helper.make_graph([helper.make_node(op_type, inputs, ["out"], domain=domain)], "g", [x], [out])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+@pytest.mark.parametrize("conv,matmul", [(True, False), (True, True), (False, True), (False, False)])
+def test_tf32_only_where_pytorch_would_use_it_for_every_op_the_session_holds(conv, matmul):
+    """ONNX Runtime has one TF32 switch per session; PyTorch one for cuDNN convolutions and one for matmuls. A
+    session uses TF32 only if PyTorch would for each convolution and matmul it holds (never less precise than
+    eager), and the two switches are engine settings, so the key changes with them."""
+    from hybrid_trt.delegates.onnxruntime_delegate import session_uses_tf32
+    delegate = get_delegate("onnxruntime")
+    saved = torch.backends.cudnn.allow_tf32, torch.get_float32_matmul_precision()
+    try:
+        torch.backends.cudnn.allow_tf32 = conv
+        torch.set_float32_matmul_precision("high" if matmul else "highest")
+        opts = delegate.options_from(make_options(environ={}))
+    finally:
+        torch.backends.cudnn.allow_tf32 = saved[0]
+        torch.set_float32_matmul_precision(saved[1])
+    assert (opts["tf32_convolutions"], opts["tf32_matmul"]) == (conv, matmul)
+    conv_model, mm_model = _one_node_model("Conv"), _one_node_model("MatMul")
+    both = _one_node_model("Conv")
+    both.graph.node.append(helper.make_node("Gemm", ["out", "out"], ["out2"]))
+    assert session_uses_tf32(conv_model, opts) == conv
+    assert session_uses_tf32(mm_model, opts) == matmul
+    assert session_uses_tf32(both, opts) == (conv and matmul)
+    assert session_uses_tf32(_add_relu_model(), opts) is False  # nothing the switch reaches
+    assert session_uses_tf32(_one_node_model("FusedMatMul", "com.microsoft"), opts) is False
+    cuda_opts = dict(delegate.providers(torch.device("cuda"), opts, None, session_uses_tf32(mm_model, opts))[0][1])
+    assert cuda_opts["use_tf32"] == int(matmul)
+
+
+def test_tf32_decision_is_stored_with_the_engine_and_read_at_load(tmp_path):
+    """The decision is made from the lowered model at build (the optimized model's fused nodes no longer tell it)
+    and stored with the engine; a package ships it beside the model that loads."""
+    delegate = get_delegate("onnxruntime")
+    options = make_options(environ={})
+    files = delegate.serialize(_build(options, keep_serialized=True))
+    assert json.loads(files["session.json"]) == {"use_tf32": False}
+    assert delegate.deploy_files(set(files)) == {"optimized.onnx", "session.json"}
+    assert delegate.deploy_files({"model.onnx"}) == {"model.onnx"}
 
 
 def test_sessions_do_not_spin():

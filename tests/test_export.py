@@ -155,11 +155,12 @@ def test_resnet18_round_trip(fresh_process, packages):
 
 
 def test_package_holds_the_weights_once(fresh_process, packages):
-    """Only what a load reads: ONNX Runtime's optimized model (not also the lowered one), no recipe (the
-    partition's FX module with its weights), and no AOTInductor constants for weights inside engines."""
+    """Only what a load reads: ONNX Runtime's optimized model (not also the lowered one) and its session settings,
+    no recipe (the partition's FX module with its weights), and no AOTInductor constants for weights inside
+    engines."""
     manifest = pkg.open_package(packages["resnet18"]).manifest
     (engine,) = manifest["partitions"][0]["engines"]
-    assert engine["files"] == ["engine.optimized.onnx"]
+    assert sorted(engine["files"]) == ["engine.optimized.onnx", "engine.session.json"]
     assert not any(name.endswith(("recipe.pt", "engine.model.onnx")) for name in manifest["files"])
     weights = sum(p.numel() * p.element_size() for p in export_models.resnet18()[0].state_dict().values())
     assert weights <= engine["bytes"] < 1.2 * weights  # the weights once, in the optimized model

@@ -705,7 +705,7 @@ def _ort_cpu_session(model, optimized_path=None):
     """A session with the onnxruntime delegate's own settings (full graph optimisation: NCHWc on x86, fusions)."""
     from hybrid_trt.delegates import get_delegate
     delegate = get_delegate("onnxruntime")
-    options = {"provider": "cpu", "threads": 2, "use_tf32": False}
+    options = {"provider": "cpu", "threads": 2, "tf32_convolutions": False, "tf32_matmul": False}
     return delegate.session(model.SerializeToString(), torch.device("cpu"), options, optimized_path)[0]
 
 
@@ -812,7 +812,7 @@ def test_onnxruntime_lowers_for_its_cpu_kernels_only_on_the_cpu_provider(tmp_pat
     from hybrid_trt.lowerings.context import GENERIC, ORT_CPU
 
     delegate = get_delegate("onnxruntime")
-    opts = {"provider": "auto", "threads": 1, "use_tf32": False}
+    opts = {"provider": "auto", "threads": 1, "tf32_convolutions": False, "tf32_matmul": False}
     assert delegate.lowering_target(torch.device("cpu"), opts) == ORT_CPU
     assert delegate.lowering_target(torch.device("cuda"), opts) == GENERIC
     assert delegate.lowering_target(torch.device("cuda"), {**opts, "provider": "cpu"}) == ORT_CPU

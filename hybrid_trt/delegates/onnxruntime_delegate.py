@@ -2,6 +2,7 @@
 cross the boundary by pointer, never through numpy copies."""
 from __future__ import annotations
 
+import json
 import logging
 import os
 import tempfile
@@ -288,6 +289,24 @@ def _on_cuda(node) -> bool:
     return all(v.device.type == "cuda" for v in vals if isinstance(v, torch.Tensor))
 
 
+# ONNX Runtime's CUDA provider has one TF32 switch per session (use_tf32), PyTorch two: cuDNN convolutions
+# (torch.backends.cudnn.allow_tf32, on by default) and float32 matmuls (float32_matmul_precision, "highest" by
+# default). A session uses TF32 only where PyTorch would for every op kind it holds that the switch reaches, so an
+# engine is never less precise than eager: a transformer partition runs its matmuls in full fp32 by default
+# (with TF32 they differed from eager by ~1e-3, amplified to 2e-3 by Swin-V2's scaled cosine attention).
+_TF32_SWITCH = {"Conv": "tf32_convolutions", "ConvTranspose": "tf32_convolutions", "MatMul": "tf32_matmul",
+                "Gemm": "tf32_matmul", "Einsum": "tf32_matmul"}
+_SESSION_FILE = "session.json"  # stored beside the model: the session settings decided from the lowered model
+
+
+def session_uses_tf32(model: onnx.ModelProto, options: Mapping[str, Any]) -> bool:
+    """Whether a CUDA session for the lowered ``model`` may use TF32 (``options``: the delegate's, from
+    options_from)."""
+    nodes = [*model.graph.node, *(n for f in model.functions for n in f.node)]
+    switches = {_TF32_SWITCH[n.op_type] for n in nodes if n.domain in ("", "ai.onnx") and n.op_type in _TF32_SWITCH}
+    return bool(switches) and all(options[k] for k in switches)
+
+
 def _provider_kind(device: torch.device, options: Mapping[str, Any]) -> str:
     if options["provider"] == "auto":
         return "cuda" if device.type == "cuda" else "cpu"
@@ -335,13 +354,12 @@ class OnnxRuntimeDelegate(Delegate):
                     f"option 'onnxruntime_provider'={options.onnxruntime_provider!r}: {wanted} is not available in "
                     f"this onnxruntime build (available: {_ort().get_available_providers()})")
 
-    def providers(self, device: torch.device, options, stream: Optional["torch.cuda.Stream"] = None) -> list:
+    def providers(self, device: torch.device, options, stream: Optional["torch.cuda.Stream"] = None,
+                  tf32: bool = False) -> list:
         kind = _provider_kind(device, options)
         if kind == "cpu":
             return ["CPUExecutionProvider"]
-        # TF32 follows PyTorch's cuDNN switch (convolutions dominate these models), so precision='fp32' means the
-        # same thing on both sides of a seam.
-        cuda_opts = {"device_id": device.index or 0, "use_tf32": int(options["use_tf32"])}
+        cuda_opts = {"device_id": device.index or 0, "use_tf32": int(tf32)}
         trt_opts = {"device_id": device.index or 0}
         if stream is not None:
             # A non-null user_compute_stream makes the provider run every kernel and copy on that one stream
@@ -354,7 +372,7 @@ class OnnxRuntimeDelegate(Delegate):
         return chain
 
     def session(self, model_bytes: bytes, device: torch.device, options: Mapping[str, Any],
-                optimized_path: Optional[str] = None, optimize: bool = True):
+                optimized_path: Optional[str] = None, optimize: bool = True, tf32: bool = False):
         """A session for serialized ONNX ``model_bytes`` and, on CUDA, the stream it computes on (else None).
         ``optimized_path``: ONNX Runtime writes the optimized model there; ``optimize=False``: ``model_bytes`` is
         such an optimized model, loaded without graph optimization."""
@@ -368,14 +386,15 @@ class OnnxRuntimeDelegate(Delegate):
             so.optimized_model_filepath = optimized_path
         if not optimize:
             so.graph_optimization_level = _ort().GraphOptimizationLevel.ORT_DISABLE_ALL
-        session = _ort().InferenceSession(model_bytes, so, providers=self.providers(device, options, stream))
+        session = _ort().InferenceSession(model_bytes, so, providers=self.providers(device, options, stream, tf32))
         logger.debug("onnxruntime session built with providers %s, %d thread(s)", session.get_providers(), threads)
         return session, stream
 
     def options_from(self, options) -> dict[str, Any]:
-        # TF32 follows PyTorch's cuDNN switch at compile time (see providers), so it is an engine setting too.
+        # PyTorch's TF32 switches at compile time (see session_uses_tf32) are engine settings too.
         return {"provider": options.onnxruntime_provider, "threads": options.num_threads or torch.get_num_threads(),
-                "use_tf32": bool(torch.backends.cudnn.allow_tf32)}
+                "tf32_convolutions": bool(torch.backends.cudnn.allow_tf32),
+                "tf32_matmul": torch.get_float32_matmul_precision() != "highest"}
 
     def library_version(self) -> str:
         ort = _ort()
@@ -398,16 +417,17 @@ class OnnxRuntimeDelegate(Delegate):
     def build(self, model: onnx.ModelProto, output_metas, device, delegate_options: Mapping[str, Any],
               keep_serialized: bool = False) -> Engine:
         model_bytes = model.SerializeToString()
+        tf32 = session_uses_tf32(model, delegate_options)
         if not keep_serialized:
-            session, stream = self.session(model_bytes, device, delegate_options)
+            session, stream = self.session(model_bytes, device, delegate_options, tf32=tf32)
             return OnnxRuntimeEngine(session, output_metas, device, stream)
         # Stored form: the lowered model, and the model as ONNX Runtime optimized it for this provider and
         # machine (the key covers both), so that a load skips graph optimization. TensorRT's provider compiles
         # nodes, which cannot be saved as ONNX: only the lowered model is stored for it.
-        files = {"model.onnx": model_bytes}
+        files = {"model.onnx": model_bytes, _SESSION_FILE: json.dumps({"use_tf32": tf32}).encode()}
         with tempfile.TemporaryDirectory(prefix="hybrid_trt_ort_") as tmp:
             path = None if _provider_kind(device, delegate_options) == "tensorrt" else os.path.join(tmp, "opt.onnx")
-            session, stream = self.session(model_bytes, device, delegate_options, optimized_path=path)
+            session, stream = self.session(model_bytes, device, delegate_options, optimized_path=path, tf32=tf32)
             if path is not None and os.path.exists(path):
                 with open(path, "rb") as f:
                     files["optimized.onnx"] = f.read()
@@ -425,19 +445,23 @@ class OnnxRuntimeDelegate(Delegate):
     def deploy_files(self, names) -> set:
         # The optimized model is what loads (with graph optimization off); the lowered one is only its backup
         # for a cache whose optimized form fails to load, which a package's verified environment rules out.
-        return {"optimized.onnx"} if "optimized.onnx" in names else {"model.onnx"} & set(names)
+        model = {"optimized.onnx"} if "optimized.onnx" in names else {"model.onnx"} & set(names)
+        return model | ({_SESSION_FILE} & set(names))
 
     def load(self, files: Mapping[str, bytes], output_metas, device, delegate_options: Mapping[str, Any]) -> Engine:
+        # The optimized model's fused nodes (FusedConv, FusedMatMul...) no longer tell the TF32 decision: it was
+        # made from the lowered model at build and stored with it.
+        tf32 = bool(json.loads(files[_SESSION_FILE])["use_tf32"]) if _SESSION_FILE in files else False
         optimized = files.get("optimized.onnx")
         if optimized is not None:
             try:
-                session, stream = self.session(optimized, device, delegate_options, optimize=False)
+                session, stream = self.session(optimized, device, delegate_options, optimize=False, tf32=tf32)
                 return OnnxRuntimeEngine(session, output_metas, device, stream)
             except Exception as e:  # noqa: BLE001 - the lowered model is stored beside it
                 if "model.onnx" not in files:  # a package ships only the form that loads (deploy_files)
                     raise
                 logger.debug("onnxruntime: stored optimized model did not load (%s); optimizing the lowered one", e)
-        session, stream = self.session(files["model.onnx"], device, delegate_options)
+        session, stream = self.session(files["model.onnx"], device, delegate_options, tf32=tf32)
         return OnnxRuntimeEngine(session, output_metas, device, stream)
 
 
