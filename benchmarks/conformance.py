@@ -491,7 +491,11 @@ def run_worker(name: str, device: str, dtype_name: str, latency_s: float) -> dic
     fns = {}
     with torch.no_grad():
         _stage("eager")
-        ref = model(*args)
+        try:
+            ref = model(*args)
+        except Exception as e:  # noqa: BLE001 - the model itself does not run in this setting: nothing to compare
+            res["eager_error"] = _error(e)
+            return res
         ref_dense = taps.take() if taps is not None else None
         fns["eager"] = model
 
@@ -744,6 +748,9 @@ def verdict(row: dict) -> tuple[str, str]:
     """(status, explanation) of one row: ok | MISMATCH | FAILED | ...; slower-than-both rows are explained."""
     if row.get("skipped"):
         return "not run", row["fatal"]
+    if "eager_error" in row:  # not a hybrid_trt result: eager PyTorch itself fails on this model, device and dtype
+        return "eager fails", f"eager PyTorch raises in {row['dtype']} on {row['device']}, so there is nothing to " \
+                              f"compare; hybrid_trt not run: {row['eager_error']}"
     if "hybrid_error" in row:  # first: a later fatal exit is often only its consequence (a broken CUDA context)
         return "FAILED", "; ".join([f"hybrid_trt: {row['hybrid_error']}"] + ([row["fatal"]] if "fatal" in row else []))
     if "fatal" in row:

@@ -178,3 +178,22 @@ def test_rows_not_run_say_so():
            "skipped": True}
     assert conformance.verdict(row) == ("not run", "not run (time budget)")
     assert "not run (time budget)" in "\n".join(conformance.table([row]))
+
+
+class _Float32Grid(torch.nn.Module):
+    """RAFT's pattern: a sampling grid built in float32 inside the model, so the model fails in eager in float16."""
+
+    def forward(self, x):
+        grid = torch.zeros(x.shape[0], 2, 2, 2)
+        return torch.nn.functional.grid_sample(x, grid, align_corners=False)
+
+
+def test_model_that_fails_in_eager_is_reported_as_such_not_as_a_hybrid_failure(monkeypatch):
+    case = conformance.Case("f32_grid", "test", "classifier", lambda: (_Float32Grid(), (torch.rand(1, 1, 4, 4),)),
+                            "1x1x4x4")
+    monkeypatch.setitem(conformance.CASES_BY_NAME, case.name, case)
+    res = conformance.run_worker(case.name, "cpu", "bfloat16", latency_s=0.05)
+    assert "hybrid" not in res and "eager_error" in res, res
+    status, why = conformance.verdict(res)
+    assert status == "eager fails" and "bfloat16" in why and "grid" in why, (status, why)
+    assert "eager fails" in "\n".join(conformance.table([res]))
