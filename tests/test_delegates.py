@@ -136,7 +136,7 @@ def test_tf32_only_where_pytorch_would_use_it_for_every_op_the_session_holds(con
     """ONNX Runtime has one TF32 switch per session; PyTorch one for cuDNN convolutions and one for matmuls. A
     session uses TF32 only if PyTorch would for each convolution and matmul it holds (never less precise than
     eager), and the two switches are engine settings, so the key changes with them."""
-    from hybrid_trt.delegates.onnxruntime_delegate import session_uses_tf32
+    from hybrid_trt.delegates.tf32 import uses_tf32 as session_uses_tf32
     delegate = get_delegate("onnxruntime")
     saved = torch.backends.cudnn.allow_tf32, torch.get_float32_matmul_precision()
     try:
@@ -157,6 +157,35 @@ def test_tf32_only_where_pytorch_would_use_it_for_every_op_the_session_holds(con
     assert session_uses_tf32(_one_node_model("FusedMatMul", "com.microsoft"), opts) is False
     cuda_opts = dict(delegate.providers(torch.device("cuda"), opts, None, session_uses_tf32(mm_model, opts))[0][1])
     assert cuda_opts["use_tf32"] == int(matmul)
+
+
+class _FakeBuilderConfig:
+    """Records the flags set and cleared (TensorRT cannot run on the machines this is developed on)."""
+
+    def __init__(self):
+        self.flags = {"TF32"}  # TensorRT's default
+
+    def set_flag(self, flag):
+        self.flags.add(flag)
+
+    def clear_flag(self, flag):
+        self.flags.discard(flag)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_tensorrt_clears_tf32_where_pytorch_would_not_use_it(precision):
+    import types
+    from hybrid_trt.delegates.tensorrt_delegate import set_precision_flags
+    trt = types.SimpleNamespace(BuilderFlag=types.SimpleNamespace(TF32="TF32", FP16="FP16", BF16="BF16"))
+    conv, mm = _one_node_model("Conv"), _one_node_model("MatMul")
+    for model, switches, want_tf32 in [(conv, (True, False), True), (mm, (True, False), False),
+                                       (mm, (True, True), True), (conv, (False, True), False)]:
+        config = _FakeBuilderConfig()
+        opts = {"precision": precision, "tf32_convolutions": switches[0], "tf32_matmul": switches[1]}
+        set_precision_flags(trt, config, model, opts)
+        assert ("TF32" in config.flags) == want_tf32
+        assert ("FP16" in config.flags) == (precision == "fp16")
+    assert {"tf32_convolutions", "tf32_matmul"} <= set(get_delegate("tensorrt").options_from(make_options(environ={})))
 
 
 def test_tf32_decision_is_stored_with_the_engine_and_read_at_load(tmp_path):

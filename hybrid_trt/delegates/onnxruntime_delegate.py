@@ -18,6 +18,7 @@ from ..capture import preserve  # noqa: F401  (defines hybrid_trt::interpolate, 
 from ..lowerings.context import GENERIC, ORT_CPU
 from ..lowerings.registry import _tensor_dtypes as _dtypes
 from .registry import Delegate, Engine, import_failure, register_delegate
+from .tf32 import tf32_switches, uses_tf32
 
 _NUMPY = {
     torch.float32: np.float32, torch.float64: np.float64, torch.float16: np.float16, torch.int64: np.int64,
@@ -289,22 +290,7 @@ def _on_cuda(node) -> bool:
     return all(v.device.type == "cuda" for v in vals if isinstance(v, torch.Tensor))
 
 
-# ONNX Runtime's CUDA provider has one TF32 switch per session (use_tf32), PyTorch two: cuDNN convolutions
-# (torch.backends.cudnn.allow_tf32, on by default) and float32 matmuls (float32_matmul_precision, "highest" by
-# default). A session uses TF32 only where PyTorch would for every op kind it holds that the switch reaches, so an
-# engine is never less precise than eager: a transformer partition runs its matmuls in full fp32 by default
-# (with TF32 they differed from eager by ~1e-3, amplified to 2e-3 by Swin-V2's scaled cosine attention).
-_TF32_SWITCH = {"Conv": "tf32_convolutions", "ConvTranspose": "tf32_convolutions", "MatMul": "tf32_matmul",
-                "Gemm": "tf32_matmul", "Einsum": "tf32_matmul"}
 _SESSION_FILE = "session.json"  # stored beside the model: the session settings decided from the lowered model
-
-
-def session_uses_tf32(model: onnx.ModelProto, options: Mapping[str, Any]) -> bool:
-    """Whether a CUDA session for the lowered ``model`` may use TF32 (``options``: the delegate's, from
-    options_from)."""
-    nodes = [*model.graph.node, *(n for f in model.functions for n in f.node)]
-    switches = {_TF32_SWITCH[n.op_type] for n in nodes if n.domain in ("", "ai.onnx") and n.op_type in _TF32_SWITCH}
-    return bool(switches) and all(options[k] for k in switches)
 
 
 def _provider_kind(device: torch.device, options: Mapping[str, Any]) -> str:
@@ -391,10 +377,9 @@ class OnnxRuntimeDelegate(Delegate):
         return session, stream
 
     def options_from(self, options) -> dict[str, Any]:
-        # PyTorch's TF32 switches at compile time (see session_uses_tf32) are engine settings too.
+        # PyTorch's TF32 switches at compile time (tf32.uses_tf32) are engine settings too.
         return {"provider": options.onnxruntime_provider, "threads": options.num_threads or torch.get_num_threads(),
-                "tf32_convolutions": bool(torch.backends.cudnn.allow_tf32),
-                "tf32_matmul": torch.get_float32_matmul_precision() != "highest"}
+                **tf32_switches()}
 
     def library_version(self) -> str:
         ort = _ort()
@@ -417,7 +402,8 @@ class OnnxRuntimeDelegate(Delegate):
     def build(self, model: onnx.ModelProto, output_metas, device, delegate_options: Mapping[str, Any],
               keep_serialized: bool = False) -> Engine:
         model_bytes = model.SerializeToString()
-        tf32 = session_uses_tf32(model, delegate_options)
+        # one TF32 switch per session (use_tf32): see tf32.uses_tf32
+        tf32 = uses_tf32(model, delegate_options)
         if not keep_serialized:
             session, stream = self.session(model_bytes, device, delegate_options, tf32=tf32)
             return OnnxRuntimeEngine(session, output_metas, device, stream)

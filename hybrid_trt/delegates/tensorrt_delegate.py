@@ -18,11 +18,23 @@ import torch
 from ..log import logger
 from ..engines.ranges import profile_of
 from .registry import Delegate, Engine, import_failure, register_delegate
+from .tf32 import tf32_switches, uses_tf32
 
 
 def _trt():
     import tensorrt
     return tensorrt
+
+
+def set_precision_flags(trt, config, model: onnx.ModelProto, delegate_options: Mapping[str, Any]) -> None:
+    """Reduced precision where the option asks for it; TF32 (on by default in a TensorRT builder config) only
+    where PyTorch would use it for every convolution and matmul of the partition (tf32.uses_tf32)."""
+    if delegate_options["precision"] == "fp16":
+        config.set_flag(trt.BuilderFlag.FP16)
+    elif delegate_options["precision"] == "bf16":
+        config.set_flag(trt.BuilderFlag.BF16)
+    if not uses_tf32(model, delegate_options):
+        config.clear_flag(trt.BuilderFlag.TF32)
 
 
 def profile_shapes(profile: Mapping[str, tuple], network_inputs) -> list[tuple]:
@@ -81,7 +93,7 @@ class TensorRTDelegate(Delegate):
         return None
 
     def options_from(self, options) -> dict[str, Any]:
-        return {"precision": options.precision, "workspace_bytes": options.tensorrt_workspace_bytes}
+        return {"precision": options.precision, "workspace_bytes": options.tensorrt_workspace_bytes, **tf32_switches()}
 
     def library_version(self) -> str:
         return str(_trt().__version__)
@@ -110,10 +122,7 @@ class TensorRTDelegate(Delegate):
                                                                 for i in range(network.num_inputs)]):
                 trt_profile.set_shape(name, lo, opt, hi)
             config.add_optimization_profile(trt_profile)
-        if delegate_options["precision"] == "fp16":
-            config.set_flag(trt.BuilderFlag.FP16)
-        elif delegate_options["precision"] == "bf16":
-            config.set_flag(trt.BuilderFlag.BF16)
+        set_precision_flags(trt, config, model, delegate_options)
         # The timing cache records the tactic timings of this build; stored beside the engine so that a later
         # rebuild (e.g. after the entry was evicted) can skip the measurements.
         timing_cache = config.create_timing_cache(b"")
