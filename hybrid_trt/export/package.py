@@ -36,7 +36,6 @@ MANIFEST = "manifest.json"
 AOTI_PACKAGE = "model.pt2"
 ENGINES = "engines"
 REFERENCE = "reference"
-ARCHIVE_SUFFIXES = (".zip", ".tar")
 # Written by the engine store on use (its mtime is the last use); not content.
 _UNTRACKED = frozenset({"last_used"})
 

@@ -16,17 +16,6 @@ def only_first_output_used(node: fx.Node) -> Optional[str]:
     return None
 
 
-def rank_between(node: fx.Node, lo: int, hi: int, arg: int = 0) -> Optional[str]:
-    val = node.args[arg].meta.get("val")
-    if not isinstance(val, torch.Tensor) or not lo <= val.dim() <= hi:
-        return f"input rank must be {lo}..{hi}"
-    return None
-
-
-def out_val(node: fx.Node):
-    return node.meta.get("val")
-
-
 def dims(dim, rank: int) -> list[int]:
     if dim is None:
         return list(range(rank))

@@ -391,13 +391,3 @@ def _compute_autograd(keyset, features, weight, nbr, bias, order=None):
 
 
 _LIB.impl("sparse_conv_compute", _compute_autograd, "Autograd", with_keyset=True)
-
-
-OPS = (
-    sparse_rulebook_subm,
-    sparse_rulebook_subm_ordered,
-    sparse_rulebook_strided,
-    sparse_rulebook_transpose,
-    sparse_rulebook_order,
-    sparse_conv_compute,
-)
