@@ -13,7 +13,7 @@ import torch
 from onnx import TensorProto, helper, numpy_helper
 
 import hybrid_trt
-from hybrid_trt.engines import canonical_model_bytes, engine_key, environment, partition_key
+from hybrid_trt.engines import canonical_model_bytes, engine_key, environment
 
 
 # -- real partitions, lowered by the real pipeline -------------------------------------------------------------
@@ -183,7 +183,6 @@ def test_each_component_changes_the_key(lowered):
         "second input": {"input_specs": [spec, spec]},
         "delegate": {"delegate": "tensorrt"},
         "no options": {"delegate_options": {}},
-        "partition key": None,
     }
     for name, value in _OPTIONS.items():
         variants[f"option {name}"] = {"delegate_options": {**_OPTIONS, name: f"{value}x"}}
@@ -192,8 +191,7 @@ def test_each_component_changes_the_key(lowered):
         variants[f"environment {name}"] = {"environment": {**_ENV, name: value + ".1"}}
     keys = {}
     for name, overrides in variants.items():
-        keys[name] = partition_key(model=model, delegate="onnxruntime", delegate_options=_OPTIONS,
-                                   environment=_ENV) if overrides is None else _key(model, **overrides)
+        keys[name] = _key(model, **overrides)
     same = {k: [n for n, v in keys.items() if v == k] for k in keys.values()}
     assert all(len(names) == 1 for names in same.values()), [n for n in same.values() if len(n) > 1]
     # Equal content in another spelling keeps the key: option order, tuple vs list, torch.Size, device objects.
@@ -201,16 +199,6 @@ def test_each_component_changes_the_key(lowered):
     assert _key(model, input_specs=[(torch.Size([1, 3, 8, 8]), torch.float32, [192, 64, 8, 1],
                                      torch.device("cpu"))]) == keys["base"]
     assert _key(model, input_specs=[torch.empty(1, 3, 8, 8)]) == keys["base"]  # a tensor as its spec
-
-
-def test_partition_key_ignores_specs_but_not_weights(lowered):
-    block, x, model = lowered
-    kwargs = dict(delegate="onnxruntime", delegate_options=_OPTIONS, environment=_ENV)
-    changed = copy.deepcopy(block)
-    with torch.no_grad():
-        changed.fc.bias[0] += 1
-    assert partition_key(model=model, **kwargs) == partition_key(model=copy.deepcopy(model), **kwargs)
-    assert partition_key(model=_lower(changed, x), **kwargs) != partition_key(model=model, **kwargs)
 
 
 def test_environment_names_this_machine():

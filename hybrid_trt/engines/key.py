@@ -220,12 +220,6 @@ def engine_key(*, model: onnx.ModelProto, input_specs: Sequence, delegate: str,
     return _digest(model, [_spec(s) for s in input_specs], delegate, delegate_options, environment)
 
 
-def partition_key(*, model: onnx.ModelProto, delegate: str, delegate_options: Mapping[str, Any],
-                  environment: Mapping[str, str]) -> str:
-    """``engine_key`` without input specs: for partitions with symbolic sizes whose engines are per shape."""
-    return _digest(model, None, delegate, delegate_options, environment)
-
-
 def _digest(model, specs, delegate, delegate_options, environment) -> str:
     header = json.dumps({"format": KEY_FORMAT, "delegate": delegate, "options": _jsonable(delegate_options),
                          "environment": _jsonable(environment), "input_specs": specs},
