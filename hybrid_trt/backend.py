@@ -26,7 +26,7 @@ from .partitioner.capability import NodeKind, classify, declined_for_dtype_or_de
 from .partitioner.extract import extract
 from .report import CompileReport, InductorOp, PartitionReport, new_report
 from .engines.graph import GraphCache, graph_key, open_graph, source_hashes_in_background
-from .engines.runtime import DelegateBuildError, PartitionRuntime, Policy, engine_store, prepare_runtime
+from .engines.runtime import PartitionRuntime, Policy, engine_store, prepare_runtime
 from .guards import record_baked_weights
 from .stitch import direct as _direct
 from .stitch.fallback import compile_stitched

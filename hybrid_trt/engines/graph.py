@@ -35,7 +35,7 @@ import torch.fx as fx
 from ..log import logger
 from ..report import CompileReport, InductorOp, PartitionReport
 from .key import environment
-from .runtime import PartitionRuntime, Policy, load_runtime
+from .runtime import Policy, load_runtime
 from .store import EngineStore
 
 MANIFEST = "manifest.json"
