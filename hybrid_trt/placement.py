@@ -226,8 +226,8 @@ def _time_pair(delegate: Optional[Callable], inductor: Callable, device: torch.d
 
 def _verdict_key(engine_key: str, cuda_graphs: bool, device: torch.device) -> str:
     # Besides the engine's key: whether it runs under CUDA graphs (what is timed) and the process settings
-    # Inductor's side runs under and the engine's key does not hold (TF32 in fp32 matmuls and cuDNN convolutions;
-    # CPU kernels' thread count).
+    # Inductor's side runs under (TF32 in fp32 matmuls and cuDNN convolutions; CPU kernels' thread count): the
+    # engine's key holds only the delegate's own settings.
     settings = f"matmul {torch.get_float32_matmul_precision()}"
     settings += f" cudnn tf32 {torch.backends.cudnn.allow_tf32}" if device.type == "cuda" else \
         f" threads {torch.get_num_threads()}"

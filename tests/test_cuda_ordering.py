@@ -27,8 +27,8 @@ ITERATIONS = 40
 
 @pytest.fixture(autouse=True)
 def _exact_fp32():
-    """No TF32 anywhere (ONNX Runtime's use_tf32 follows cudnn.allow_tf32 at build), so integer arithmetic is
-    exact even through Winograd/FFT convolutions."""
+    """No TF32 anywhere (the delegates follow PyTorch's TF32 switches at build: delegates/tf32.py), so integer
+    arithmetic is exact even through Winograd/FFT convolutions."""
     saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
     torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
     torch._dynamo.reset()
