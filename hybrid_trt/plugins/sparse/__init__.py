@@ -7,8 +7,8 @@ See docs/sparse.md for the API, weight layout and rulebook format.
 """
 
 import importlib.util
-import logging
 
+from ...log import logger
 from . import lowering, ops
 from .modules import (
     Rulebook,
@@ -23,7 +23,7 @@ from .modules import (
 if importlib.util.find_spec("tensorrt") is not None:
     from . import trt_plugin  # noqa: F401
 else:
-    logging.getLogger("hybrid_trt").debug("tensorrt not installed: sparse TensorRT plugins not registered")
+    logger.debug("tensorrt not installed: sparse TensorRT plugins not registered")
 
 __all__ = [
     "ops",

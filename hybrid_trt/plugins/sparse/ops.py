@@ -41,15 +41,12 @@ key (fake tensors, Python modes, meta) is redispatched as usual.
 from __future__ import annotations
 
 import functools
-import logging
 import os
 
 import torch
 
 from . import reference
 from .geometry import conv_output_shape, subm_padding, triple
-
-log = logging.getLogger("hybrid_trt")
 
 # Escape hatch for debugging a suspected kernel bug on a GPU machine.
 _FORCE_TORCH = os.environ.get("HYBRID_TRT_SPARSE_TORCH_ONLY", "0") == "1"
