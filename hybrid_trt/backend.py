@@ -242,8 +242,8 @@ def _per_call_from_json(data) -> dict:
 def _called_per_call(compiled, per_call: dict, graph_weights: dict, runtimes: list, opts: Options,
                      report: CompileReport):
     """The callable Dynamo's frame calls: the direct plan's when there is one (and its runtimes are all here),
-    else Inductor's ``compiled`` (None on a warm start that has not consulted Inductor). Also hands the baked weights (``graph_weights``: graph input position -> tensor) to the guard
-    filter of this compile (guards.py)."""
+    else Inductor's ``compiled`` (None on a warm start that has not consulted Inductor). Also hands the baked
+    weights (``graph_weights``: graph input position -> tensor) to the guard filter of this compile (guards.py)."""
     record_baked_weights([graph_weights[i] for i in per_call.get("baked_inputs", ()) if i in graph_weights])
     plan = per_call.get("direct")
     if plan is None or opts.cuda_graphs:

@@ -12,12 +12,13 @@ Inductor, and reports what Inductor did.
   separate process (capture_probe.py: a failed capture of a foreign runtime can leave a process broken): warm-up
   runs (so the first-call fallback and the delegate's own lazy allocations happen outside any capture), one
   capture on a throwaway graph whose nodes are inspected, a replay on new data checked against an uncaptured
-  run, and timed replays (measured placement, which probes first, reads them; the plan reuses its verdicts). A capture that succeeds is not enough: a host-function node (``cudaLaunchHostFunc`` during capture) runs again at every replay. ONNX
-  Runtime's CUDA provider enqueues one at the end of any run whose kernels staged data in pinned CPU memory
-  (its deferred release of those buffers, which owns and deletes its own bookkeeping): replaying it frees the
-  same memory again, corrupting the heap, and the process aborts later (seen on the H200 when compiled
-  models were torn down). A partition that is not capture-safe is called through
-  ``hybrid_trt::delegate_uncapturable``, the same op carrying ``torch.Tag.cudagraph_unsafe``: Inductor's graph
+  run, and timed replays (measured placement, which probes first, reads them; the plan reuses its verdicts).
+  A capture that succeeds is not enough: a host-function node (``cudaLaunchHostFunc`` during capture) runs
+  again at every replay. ONNX Runtime's CUDA provider enqueues one at the end of any run whose kernels staged
+  data in pinned CPU memory (its deferred release of those buffers, which owns and deletes its own
+  bookkeeping): replaying it frees the same memory again, corrupting the heap, and the process aborts later
+  (seen on the H200 when compiled models were torn down). A partition that is not capture-safe is called
+  through ``hybrid_trt::delegate_uncapturable``, the same op carrying ``torch.Tag.cudagraph_unsafe``: Inductor's graph
   partitioning (switched on with the graphs) then captures the segments around it and runs it between them.
 - Inductor's own reasons to capture less (CPU ops, data-dependent sizes, input mutation, ...) are taken from its
   compile result and its ``cudagraphs`` log, and land in ``CompileReport.cuda_graphs`` next to ours.

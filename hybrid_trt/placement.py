@@ -14,10 +14,11 @@ range for any non-empty dimension). Without CUDA graphs both sides are timed by 
 call. Under CUDA graphs (on a GPU) the host's launch work disappears at replay: Inductor's side is timed by its
 device time (timing.py), and the delegate's side by what it will cost there. A capture-safe engine is replayed:
 the capture probe (capture_probe.py), which every engine passes under CUDA graphs anyway, times its captured
-replay in its own process. (The device time of an uncaptured ONNX Runtime run over-counted it: on the H200, ResNet-18
-fp32 batch 16 read 3.34 ms where ONNX Runtime's own CUDA graph of the model replays in 2.83, and went to Inductor.) An engine that must run
-outside the graphs pays its host time at every call: it is timed by wall time. Inductor is chosen only when it
-beats the delegate by ``MARGIN``: a near tie stays with the delegate the user asked for.
+replay in its own process. (The device time of an uncaptured ONNX Runtime run over-counted it: on the H200,
+ResNet-18 fp32 batch 16 read 3.34 ms where ONNX Runtime's own CUDA graph of the model replays in 2.83, and went
+to Inductor.) An engine that must run outside the graphs pays its host time at every call: it is timed by
+wall time. Inductor is chosen only when it beats the delegate by ``MARGIN``: a near tie stays with the delegate
+the user asked for.
 
 What it does not see (so the choice can be wrong by about the size of these): Inductor fusing the partition with
 its neighbours inside the whole graph, and the boundary copies either side. Partitions with symbolic shapes are

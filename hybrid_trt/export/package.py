@@ -13,8 +13,9 @@ the input names and listed shapes, every file with its sha256 and size, the envi
 built in (versions of hybrid_trt, torch, onnx, the delegate library and CUDA; GPU architecture or CPU ISA),
 the options and the partition report.
 
-Checks (``check_files``, ``check_environment``: ``Check`` rows) each give a verdict and, when they fail, their own exit code (``EXIT_CODES``), so
-a tampered engine, a missing file and a version mismatch are told apart by scripts as well as by people.
+Checks (``check_files``, ``check_environment``: ``Check`` rows) each give a verdict and, when they fail, their
+own exit code (``EXIT_CODES``), so a tampered engine, a missing file and a version mismatch are told apart by
+scripts as well as by people.
 """
 from __future__ import annotations
 

@@ -27,8 +27,8 @@ def compile_stitched(parts: Sequence, *, stitch: Stitch, compile: Callable, as_f
                      route_back: Callable[[object, str, bool], None], original: fx.GraphModule, strict: bool,
                      report) -> tuple[Callable, list]:
     """The compiled graph and the partitions it delegates. ``route_back(part, why, warn)`` records that ``part``
-    runs through Inductor after all (in the report, and with a warning if ``warn``); ``original`` is the graph before stitching, which ``as_fx``
-    runs when not even the plain graph can be prepared for Inductor."""
+    runs through Inductor after all (in the report, and with a warning if ``warn``); ``original`` is the graph
+    before stitching, which ``as_fx`` runs when not even the plain graph can be prepared for Inductor."""
     try:
         graph, kept = _stitch_what_works(list(parts), stitch, route_back, strict, report)
     except Exception as e:  # noqa: BLE001 - the graph without delegates failed to re-trace
