@@ -964,3 +964,29 @@ def test_grid_sample_delegates_whole():
     assert not report.inductor_ops and len(report.partitions) == 1, report.table()
     assert "aten.grid_sampler_2d.default" in report.partitions[0].ops, report.table()
     assert "aten.index.Tensor" not in report.partitions[0].ops, report.table()
+
+
+def test_single_element_constants_take_the_rank_of_the_other_operand():
+    """ONNX Runtime's CPU kernels broadcast a lower-rank scalar element by element when the tensor's last dim is 1
+    (RAFT's grid coordinates, [256, 7, 7, 1]: 20x slower per op). Every single-element constant of a
+    broadcasting op, whichever lowering wrote it (arithmetic, an activation's constants), has the rank of the
+    op's other operand; the results still match eager."""
+    graph = fx.Graph()
+    x = graph.placeholder("input_0")
+    y = graph.call_function(aten.mul.Tensor, (x, 2.0))
+    y = graph.call_function(aten.div.Tensor, (y, 15.0))
+    y = graph.call_function(aten.sub.Tensor, (y, 1.0))
+    y = graph.call_function(aten.relu.default, (y,))
+    y = graph.call_function(aten.gelu.default, (y,))
+    y = graph.call_function(aten.lt.Scalar, (y, 0.5))
+    graph.output((y,))
+    module = fx.GraphModule(torch.nn.Module(), graph)
+    model = lower_to_onnx(module, [(256, 7, 7, 1)], [torch.float32])
+    inits = {i.name: list(i.dims) for i in model.graph.initializer}
+    operands = [(n.op_type, inits[i]) for n in model.graph.node for i in n.input if i in inits]
+    assert {op for op, _ in operands} >= {"Mul", "Div", "Sub", "Less"}, operands
+    assert all(dims == [1, 1, 1, 1] for _, dims in operands), operands
+    inp = torch.randn(256, 7, 7, 1) * 10
+    (got,) = _run_onnx(model, [inp])
+    want = torch.nn.functional.gelu(torch.relu(inp * 2.0 / 15.0 - 1.0)) < 0.5
+    assert torch.equal(torch.as_tensor(got), want)
