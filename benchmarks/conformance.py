@@ -253,7 +253,13 @@ CASES: list[Case] = [
 CASES_BY_NAME = {c.name: c for c in CASES}
 
 # Short notes for rows whose numbers need context beyond the report (filled in from what runs showed).
-NOTES: dict[str, str] = {}
+NOTES: dict[str, str] = {
+    "tv_raft_small": "CPU: ONNX Runtime's own kernels are the cost (profile of the partition, 1 thread, at 4d954a6: "
+                     "GridSample 265 us per call against 42 us for eager's grid_sampler_2d, 48 calls; the broadcast "
+                     "Add [256,1,1,2] + [1,7,7,2] of the lookup windows, 44 calls, 8.6 ms against ~1.7 ms); "
+                     "placement='measured' did not move it (run at 4d954a6: delegate 114 ms, Inductor 132 ms per "
+                     "call by its wall timing, both higher than this table's interleaved timing)",
+}
 
 
 def build(case: Case):
