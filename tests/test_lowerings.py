@@ -986,6 +986,7 @@ def test_single_element_constants_take_the_rank_of_the_other_operand():
     operands = [(n.op_type, inits[i]) for n in model.graph.node for i in n.input if i in inits]
     assert {op for op, _ in operands} >= {"Mul", "Div", "Sub", "Less"}, operands
     assert all(dims == [1, 1, 1, 1] for _, dims in operands), operands
+    assert all(i.dims for i in model.graph.initializer), "a replaced 0-d constant was left in the model"
     inp = torch.randn(256, 7, 7, 1) * 10
     (got,) = _run_onnx(model, [inp])
     want = torch.nn.functional.gelu(torch.relu(inp * 2.0 / 15.0 - 1.0)) < 0.5

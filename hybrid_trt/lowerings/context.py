@@ -154,6 +154,11 @@ class LoweringContext:
     def ints(self, values: Sequence[int]) -> str:
         return self.const([int(v) for v in values], torch.int64)
 
+    def used_initializers(self, graph_outputs: Sequence[str]) -> list[onnx.TensorProto]:
+        """The initializers, less the constants no node reads (a scalar _full_rank_singles replaced everywhere)."""
+        used = {i for n in self.nodes for i in n.input} | set(graph_outputs)
+        return [t for t in self.initializers if t.name in used or t.name not in self._single]
+
     def tensor_const(self, tensor: torch.Tensor, name: str | None = None) -> str:
         name = name or self.fresh("init")
         self.initializers.append(tensor_proto(tensor.detach(), name))
