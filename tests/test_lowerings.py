@@ -966,9 +966,9 @@ def test_grid_sample_delegates_whole():
     assert "aten.index.Tensor" not in report.partitions[0].ops, report.table()
 
 
-def test_single_element_constants_take_the_rank_of_the_other_operand():
+def test_single_element_constants_take_the_rank_of_a_last_dim_1_operand():
     """ONNX Runtime's CPU kernels broadcast a lower-rank scalar element by element when the tensor's last dim is 1
-    (RAFT's grid coordinates, [256, 7, 7, 1]: 20x slower per op). Every single-element constant of a
+    (RAFT's grid coordinates, [256, 7, 7, 1]: 20x slower per op). There, every single-element constant of a
     broadcasting op, whichever lowering wrote it (arithmetic, an activation's constants), has the rank of the
     op's other operand; the results still match eager."""
     graph = fx.Graph()
@@ -987,6 +987,9 @@ def test_single_element_constants_take_the_rank_of_the_other_operand():
     assert {op for op, _ in operands} >= {"Mul", "Div", "Sub", "Less"}, operands
     assert all(dims == [1, 1, 1, 1] for _, dims in operands), operands
     assert all(i.dims for i in model.graph.initializer), "a replaced 0-d constant was left in the model"
+    # Elsewhere scalars stay scalars: ONNX Runtime's fusions (Gelu, LayerNormalization) match only those.
+    wide = lower_to_onnx(module, [(4, 7, 7, 3)], [torch.float32])
+    assert all(not i.dims for i in wide.graph.initializer), [list(i.dims) for i in wide.graph.initializer]
     inp = torch.randn(256, 7, 7, 1) * 10
     (got,) = _run_onnx(model, [inp])
     want = torch.nn.functional.gelu(torch.relu(inp * 2.0 / 15.0 - 1.0)) < 0.5

@@ -37,12 +37,12 @@ ORT_CPU = "onnxruntime-cpu"
 
 # ONNX Runtime's CPU kernels broadcast a single-element operand of lower rank element by element when the other
 # operand's last dim is 1: Sub of a [256, 7, 7, 1] tensor and a 0-d constant took 256 us, with a [1, 1, 1, 1]
-# constant 12 us (RAFT's coordinate arithmetic: 90 of its 210 ms per call). So a single-element constant operand
-# of a broadcasting op is given the rank of the op's other operands where the builder knows it (which never
-# changes the op's output shape: another operand has that rank already).
+# constant 12 us (RAFT's coordinate arithmetic: 90 of its 210 ms per call). So such a constant operand of a
+# broadcasting op is given the other operand's rank (which never changes the op's output shape) - only then:
+# ONNX Runtime's fusions (Gelu, LayerNormalization...) match scalar constants of rank 0 or 1 only.
 _BROADCASTING = frozenset({"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Mod", "Equal", "Less", "LessOrEqual",
                            "Greater", "GreaterOrEqual", "And", "Or", "Xor", "Where", "PRelu", "BitShift"})
-# Ops whose output has the rank of their first input: how the known ranks reach the values lowerings build.
+# Ops whose output has the shape of their first input: how the known shapes reach the values lowerings build.
 _SAME_RANK = frozenset({"Abs", "Acos", "Asin", "Atan", "Cast", "Ceil", "Clip", "Cos", "Cosh", "Elu", "Erf", "Exp",
                         "Floor", "HardSigmoid", "HardSwish", "Identity", "IsInf", "IsNaN", "LeakyRelu", "Log",
                         "Neg", "Not", "Reciprocal", "Relu", "Round", "Selu", "Sigmoid", "Sign", "Sin", "Sinh",
@@ -65,7 +65,7 @@ class LoweringContext:
         self.onnx_names: dict[fx.Node, Names] = {}
         self._ids = itertools.count()
         self._const_cache: dict[tuple, str] = {}
-        self._rank: dict[str, int] = {}  # ONNX value name -> rank, where known (see _BROADCASTING)
+        self._shape: dict[str, tuple] = {}  # ONNX value name -> shape, where known (see _BROADCASTING)
         self._single: dict[str, tuple] = {}  # single-element constants: name -> (value array, dtype)
 
     # -- reading the fx side ------------------------------------------------------------------------------------
@@ -99,7 +99,7 @@ class LoweringContext:
         """ONNX value name for a tensor argument (or a scalar, as a constant), cast to ``dtype`` if given."""
         if isinstance(x, fx.Node) and isinstance(self.values.get(x), torch.Tensor):
             name = self.onnx_names[x]
-            self._rank[name] = self.values[x].dim()
+            self._shape[name] = tuple(self.values[x].shape)
             if dtype is not None and self.values[x].dtype != dtype:
                 return self.cast(name, dtype)
             return name
@@ -113,24 +113,25 @@ class LoweringContext:
     def op(self, op_type: str, *inputs: str, outputs: int = 1, domain: str = "", **attrs) -> Names:
         out = tuple(self.fresh(op_type.lower()) for _ in range(outputs))
         attrs = {k: v for k, v in attrs.items() if v is not None}
-        ranks = [self._rank.get(i) for i in inputs]
+        shapes = [self._shape.get(i) for i in inputs]
         if not domain and op_type in _BROADCASTING:
-            inputs, ranks = self._full_rank_singles(list(inputs), ranks)
-            if None not in ranks:
-                self._rank[out[0]] = max(ranks, default=0)
-        elif not domain and op_type in _SAME_RANK and inputs and ranks[0] is not None:
-            self._rank[out[0]] = ranks[0]
+            inputs, shapes = self._full_rank_singles(list(inputs), shapes)
+            if None not in shapes:
+                self._shape[out[0]] = _broadcast(shapes)
+        elif not domain and op_type in _SAME_RANK and inputs and shapes[0] is not None:
+            self._shape[out[0]] = shapes[0]
         self.nodes.append(helper.make_node(op_type, list(inputs), list(out), domain=domain or None, **attrs))
         return out[0] if outputs == 1 else out
 
-    def _full_rank_singles(self, inputs: list, ranks: list) -> tuple[list, list]:
-        full = max((r for i, r in zip(inputs, ranks) if r is not None and i not in self._single), default=0)
+    def _full_rank_singles(self, inputs: list, shapes: list) -> tuple[list, list]:
+        others = [sh for i, sh in zip(inputs, shapes) if sh is not None and i not in self._single]
+        rank = max((len(sh) for sh in others if len(sh) >= 2 and _static_one(sh[-1])), default=0)
         for k, name in enumerate(inputs):
-            if name in self._single and ranks[k] < full:
+            if name in self._single and len(shapes[k]) < rank:
                 array, dtype = self._single[name]
-                inputs[k] = self.const(array.reshape([1] * full), dtype)
-                ranks[k] = full
-        return inputs, ranks
+                inputs[k] = self.const(array.reshape([1] * rank), dtype)
+                shapes[k] = (1,) * rank
+        return inputs, shapes
 
     def const(self, value, dtype: torch.dtype) -> str:
         """An initializer holding ``value`` (scalar, nested list, numpy array or tensor) as ``dtype``."""
@@ -146,7 +147,7 @@ class LoweringContext:
                 tensor = _bf16_tensor(torch.tensor(array, dtype=torch.float32), name)
             self.initializers.append(tensor)
             self._const_cache[key] = name
-            self._rank[name] = array.ndim
+            self._shape[name] = array.shape
             if array.size == 1:
                 self._single[name] = (array, dtype)
         return name
@@ -162,11 +163,22 @@ class LoweringContext:
     def tensor_const(self, tensor: torch.Tensor, name: str | None = None) -> str:
         name = name or self.fresh("init")
         self.initializers.append(tensor_proto(tensor.detach(), name))
-        self._rank[name] = tensor.dim()
+        self._shape[name] = tuple(tensor.shape)
         return name
 
     def cast(self, name: str, dtype: torch.dtype) -> str:
         return self.op("Cast", name, to=TORCH_TO_ONNX[dtype])
+
+
+def _static_one(d) -> bool:
+    return isinstance(d, int) and d == 1  # a symbolic size is left alone (comparing it would add a guard)
+
+
+def _broadcast(shapes: list) -> tuple | None:
+    try:
+        return tuple(np.broadcast_shapes(*shapes))
+    except (TypeError, ValueError):  # symbolic sizes: not tracked further
+        return None
 
 
 def tensor_proto(tensor: torch.Tensor, name: str) -> onnx.TensorProto:
