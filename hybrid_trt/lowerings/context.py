@@ -43,7 +43,7 @@ ORT_CPU = "onnxruntime-cpu"
 _BROADCASTING = frozenset({"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Mod", "Equal", "Less", "LessOrEqual",
                            "Greater", "GreaterOrEqual", "And", "Or", "Xor", "Where", "PRelu", "BitShift"})
 # Ops whose output has the shape of their first input: how the known shapes reach the values lowerings build.
-_SAME_RANK = frozenset({"Abs", "Acos", "Asin", "Atan", "Cast", "Ceil", "Clip", "Cos", "Cosh", "Elu", "Erf", "Exp",
+_SAME_SHAPE = frozenset({"Abs", "Acos", "Asin", "Atan", "Cast", "Ceil", "Clip", "Cos", "Cosh", "Elu", "Erf", "Exp",
                         "Floor", "HardSigmoid", "HardSwish", "Identity", "IsInf", "IsNaN", "LeakyRelu", "Log",
                         "Neg", "Not", "Reciprocal", "Relu", "Round", "Selu", "Sigmoid", "Sign", "Sin", "Sinh",
                         "Softplus", "Softsign", "Sqrt", "Tan", "Tanh"})
@@ -118,7 +118,7 @@ class LoweringContext:
             inputs, shapes = self._full_rank_singles(list(inputs), shapes)
             if None not in shapes:
                 self._shape[out[0]] = _broadcast(shapes)
-        elif not domain and op_type in _SAME_RANK and inputs and shapes[0] is not None:
+        elif not domain and op_type in _SAME_SHAPE and inputs and shapes[0] is not None:
             self._shape[out[0]] = shapes[0]
         self.nodes.append(helper.make_node(op_type, list(inputs), list(out), domain=domain or None, **attrs))
         return out[0] if outputs == 1 else out

@@ -52,7 +52,7 @@ def _index_positions(node) -> list[int]:
 
 def _check_index(node):
     # x[..., idx, ...] with one integer index tensor is a Gather on that axis; x[i0, i1, ...] with leading index
-    # tensors (broadcast to one static shape: grid_sample's decomposition reads x[n, c, iy, ix]) is a GatherND.
+    # tensors (broadcast to one static shape, as in reads x[n, c, iy, ix] through coordinate maps) is a GatherND.
     # Other forms (boolean masks: data-dependent sizes; several indices after a sliced dim, whose result dims ATen
     # moves to the front) are not lowered.
     indices = node.args[1]
