@@ -1,4 +1,5 @@
-"""CUDA graphs on the GPU: hybrid_trt with ``mode="reduce-overhead"`` against Inductor's and ONNX Runtime's.
+"""CUDA graphs on the GPU: hybrid_trt with CUDA graphs (``mode="reduce-overhead"``) against Inductor's and ONNX
+Runtime's.
 
     python benchmarks/bench_cudagraphs.py --out cg.md [--budget-s 400] [--models resnet18,detector,...]
                                           [--configs fp16:1,fp32:1,fp16:16,fp32:16] [--no-lidar]
@@ -36,7 +37,11 @@ VARIANTS = ("eager", "inductor", "inductor_ro", "hybrid", "hybrid_cg", "hybrid_m
 LABELS = {"eager": "eager", "inductor": "Inductor", "inductor_ro": "Inductor r-o", "hybrid": "hybrid",
           "hybrid_cg": "hybrid CG", "hybrid_mp": "hybrid MP", "hybrid_cg_mp": "hybrid CG MP", "ort": "ORT",
           "ort_cg": "ORT CG"}
-# MP: placement="measured" (hybrid_trt/placement.py): partitions stay delegated only where measured faster
+# MP: placement="measured" (hybrid_trt/placement.py): partitions stay delegated only where measured faster.
+# "hybrid CG" pins placement="delegate" (every supported partition delegated, the rows before the default
+# changed); "hybrid CG MP" is what mode="reduce-overhead" does by default on a GPU since then (placement "auto").
+_OPTIONS = {"hybrid": None, "hybrid_cg": {"cuda_graphs": True, "placement": "delegate"},
+            "hybrid_mp": {"placement": "measured"}, "hybrid_cg_mp": {"placement": "measured", "cuda_graphs": True}}
 
 
 # ---------------------------------------------------------------------------------------------- child
@@ -130,13 +135,8 @@ def _variant(v: str, model, x, ref, workdir: str):
         return torch.compile(model, backend="inductor")
     if v == "inductor_ro":
         return torch.compile(model, backend="inductor", mode="reduce-overhead")
-    if v == "hybrid":
-        return torch.compile(model, backend="hybrid_trt")
-    if v == "hybrid_cg":
-        return torch.compile(model, backend="hybrid_trt", mode="reduce-overhead")
-    if v in ("hybrid_mp", "hybrid_cg_mp"):  # (torch.compile takes mode= or options=, not both)
-        return torch.compile(model, backend="hybrid_trt",
-                             options={"placement": "measured", "cuda_graphs": v == "hybrid_cg_mp"})
+    if v in _OPTIONS:
+        return torch.compile(model, backend="hybrid_trt", options=_OPTIONS[v])
     if v in ("ort", "ort_cg"):
         path = os.path.join(workdir, "whole.onnx")
         if not os.path.exists(path):
@@ -229,8 +229,8 @@ def _run_lidar(task: dict, args) -> dict:
         for v in [v for v in args.variants if not v.startswith("ort")]:
             try:
                 backend = "hybrid_trt" if v.startswith("hybrid") else "inductor"
-                mode = "reduce-overhead" if v in ("inductor_ro", "hybrid_cg") else None
-                options = {"placement": "measured", "cuda_graphs": v == "hybrid_cg_mp"} if v.endswith("_mp") else None
+                mode = "reduce-overhead" if v == "inductor_ro" else None
+                options = _OPTIONS.get(v)
                 fn = model if v == "eager" else torch.compile(model, backend=backend, mode=mode, fullgraph=True,
                                                               options=options)
                 t0 = time.perf_counter()

@@ -298,8 +298,12 @@ def _hybrid_graph(gm: fx.GraphModule, weights: dict, n_dynamo_inputs: int, opts:
                     reasons[n] = f"build failed ({part.delegate})"
             continue
         built.append((part, ex, runtime, _placement.Candidate(runtime, ex.module, in_metas, symbolic, preport)))
-    whys = [None] * len(built) if opts.placement != "measured" else _placement.place(
-        [c for *_, c in built], opts.cuda_graphs, opts.strict, store)
+    whys = [None] * len(built)
+    timed = [i for i, (*_, c) in enumerate(built) if opts.measures_placement(c.runtime.device)]
+    if timed:
+        placed = _placement.place([built[i][3] for i in timed], opts.cuda_graphs, opts.strict, store)
+        for i, why in zip(timed, placed):
+            whys[i] = why
     delegated: list[_Delegated] = []
     for (part, ex, runtime, candidate), why in zip(built, whys):
         if why is not None:

@@ -15,7 +15,7 @@ ENV_PREFIX = "HYBRID_TRT_"
 PLUGIN_ENV_PREFIXES = ("HYBRID_TRT_SPARSE_",)
 PRECISIONS = ("fp32", "fp16", "bf16")
 ORT_PROVIDERS = ("auto", "cpu", "cuda", "tensorrt")
-PLACEMENTS = ("delegate", "measured")  # see placement.py
+PLACEMENTS = ("auto", "delegate", "measured")  # see placement.py and Options.measures_placement
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,7 +34,7 @@ class Options:
     cache_dir: Optional[str] = None  # None = $XDG_CACHE_HOME/hybrid_trt, else ~/.cache/hybrid_trt
     cache_max_bytes: int = 2 << 30  # least recently used entries are evicted beyond this
     cuda_graphs: bool = False  # the stitched callable in Inductor's CUDA-graph trees (hybrid_trt/cudagraphs.py)
-    placement: str = "delegate"  # "measured": a partition stays delegated only where that is faster (placement.py)
+    placement: str = "auto"  # "measured": a partition stays delegated only where that is faster (placement.py)
 
     def __post_init__(self):
         # Constructed directly (hybrid_trt.Options(...)) values are validated and normalised like dict options.
@@ -47,6 +47,16 @@ class Options:
         """The options that change what is compiled (the stitched graph or an engine); caching and printing
         settings do not."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in _NOT_COMPILED}
+
+    def measures_placement(self, device) -> bool:
+        """Whether a partition on ``device`` is timed against Inductor before it is delegated. ``auto`` measures
+        where CUDA graphs replay on a GPU: there the host's work is gone and only the kernels' speed counts, and
+        ONNX Runtime's CUDA kernels lost to Inductor's in fp16 in every row on the H200 (2-2.7x at batch 16,
+        benchmarks/results/cudagraphs_h200.md), so delegating unmeasured made ``reduce-overhead`` slower than
+        Inductor's own. Elsewhere ``auto`` delegates what a delegate supports, as ``delegate`` does."""
+        if self.placement == "auto":
+            return self.cuda_graphs and device.type == "cuda"
+        return self.placement == "measured"
 
     def resolved_delegates(self) -> tuple[str, ...]:
         from .delegates import available_delegates

@@ -213,6 +213,14 @@ cuda_only = pytest.mark.skipif(not (torch.cuda.is_available() and _ort_cuda()),
                                reason="needs a CUDA device and onnxruntime-gpu's CUDA provider")
 
 
+@pytest.fixture(autouse=True)
+def _delegate_placement(monkeypatch):
+    """These tests are about capturing delegate runs. Under CUDA graphs on a GPU the default placement ("auto")
+    times each partition against Inductor and moves those Inductor beats, which can leave nothing delegated to
+    capture; test_reduce_overhead_measures_placement_by_default checks that default itself."""
+    monkeypatch.setenv("HYBRID_TRT_PLACEMENT", "delegate")
+
+
 @pytest.fixture
 def no_tf32():
     matmul, cudnn = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
@@ -327,6 +335,25 @@ def test_replay_after_new_inputs_runs_no_python_delegate_code(monkeypatch, no_tf
             got = compiled(xi).clone()
             assert_close(got, model(xi), *_tol(torch.float32), what=f"replay {seed}")
         assert len(calls) == before, "replays called the delegate in Python: the graph did not capture it"
+
+
+@cuda_only
+def test_reduce_overhead_measures_placement_by_default(monkeypatch, no_tf32):
+    """``mode="reduce-overhead"`` with no placement given times every GPU partition (replay against Inductor's
+    device time) and keeps the faster, with the timings in the report; the result matches eager either way."""
+    monkeypatch.delenv("HYBRID_TRT_PLACEMENT")
+    model, x = _cuda_model()
+    with torch.no_grad():
+        expected = model(x)
+        compiled = torch.compile(model, backend="hybrid_trt", mode="reduce-overhead")
+        outs = [compiled(x).clone() for _ in range(3)]
+    report = hybrid_trt.last_report()
+    assert report.partitions, report.table()
+    for p in report.partitions:
+        assert (p.placement or "").startswith("measured"), report.table()
+        assert p.status in ("delegated", "placed on Inductor"), report.table()
+    for k, out in enumerate(outs):
+        assert_close(out, expected, *_tol(torch.float32), what=f"call {k}")
 
 
 @cuda_only

@@ -63,9 +63,32 @@ def _verdicts(report):
 def test_option_is_validated():
     assert make_options({"placement": "measured"}).placement == "measured"
     assert make_options({}, environ={"HYBRID_TRT_PLACEMENT": "measured"}).placement == "measured"
-    assert make_options({}).placement == "delegate"  # the default: what the user asked for, nothing timed
-    with pytest.raises(ValueError, match=r"placement.*'fastest'.*one of \('delegate', 'measured'\)"):
+    assert make_options({}).placement == "auto"
+    with pytest.raises(ValueError, match=r"placement.*'fastest'.*one of \('auto', 'delegate', 'measured'\)"):
         make_options({"placement": "fastest"})
+
+
+def test_auto_measures_only_where_cuda_graphs_replay_on_a_gpu():
+    cpu, gpu = torch.device("cpu"), torch.device("cuda", 0)
+    auto, graphs = make_options({}), make_options({"cuda_graphs": True})
+    assert not auto.measures_placement(cpu) and not auto.measures_placement(gpu)
+    assert graphs.measures_placement(gpu) and not graphs.measures_placement(cpu)
+    for explicit, measured in (("delegate", False), ("measured", True)):
+        for cuda_graphs in (False, True):
+            opts = make_options({"placement": explicit, "cuda_graphs": cuda_graphs})
+            assert opts.measures_placement(cpu) is measured and opts.measures_placement(gpu) is measured
+
+
+def test_cuda_graphs_on_a_cpu_model_times_nothing_by_default():
+    """auto under CUDA graphs measures GPU partitions only: a CPU model (nothing captured) keeps its delegates
+    untimed, as without the option."""
+    model, x = Net().eval(), torch.randn(2, 3, 16, 16)
+    with torch.no_grad():
+        expected = model(x)
+        got = torch.compile(model, backend="hybrid_trt", options={"cuda_graphs": True})(x)
+    assert_close(got, expected)
+    report = hybrid_trt.last_report()
+    assert report.partitions and all(p.status == "delegated" and p.placement is None for p in report.partitions)
 
 
 class _StubRuntime:
