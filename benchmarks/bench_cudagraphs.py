@@ -33,15 +33,21 @@ sys.path.insert(0, ROOT)
 
 MODELS = ("resnet18", "detector", "resnet50", "mobilenet_v3_large", "efficientnet_b0", "convnext_tiny")
 CONFIGS = ("fp16:1", "fp32:1", "fp16:16", "fp32:16")
-VARIANTS = ("eager", "inductor", "inductor_ro", "hybrid", "hybrid_cg", "hybrid_mp", "hybrid_cg_mp", "ort", "ort_cg")
+VARIANTS = ("eager", "inductor", "inductor_ro", "hybrid", "hybrid_cg", "hybrid_mp", "hybrid_cg_mp", "hybrid_nhwc",
+            "hybrid_cg_nhwc", "hybrid_mp_nhwc", "hybrid_cg_mp_nhwc", "ort", "ort_cg")
 LABELS = {"eager": "eager", "inductor": "Inductor", "inductor_ro": "Inductor r-o", "hybrid": "hybrid",
-          "hybrid_cg": "hybrid CG", "hybrid_mp": "hybrid MP", "hybrid_cg_mp": "hybrid CG MP", "ort": "ORT",
-          "ort_cg": "ORT CG"}
+          "hybrid_cg": "hybrid CG", "hybrid_mp": "hybrid MP", "hybrid_cg_mp": "hybrid CG MP",
+          "hybrid_nhwc": "hybrid NHWC", "hybrid_cg_nhwc": "hybrid CG NHWC", "hybrid_mp_nhwc": "hybrid MP NHWC",
+          "hybrid_cg_mp_nhwc": "hybrid CG MP NHWC", "ort": "ORT", "ort_cg": "ORT CG"}
 # MP: placement="measured" (hybrid_trt/placement.py): partitions stay delegated only where measured faster.
 # "hybrid CG" pins placement="delegate" (every supported partition delegated, the rows before the default
 # changed); "hybrid CG MP" is what mode="reduce-overhead" does by default on a GPU since then (placement "auto").
-_OPTIONS = {"hybrid": None, "hybrid_cg": {"cuda_graphs": True, "placement": "delegate"},
+# "NHWC": ONNX Runtime's CUDA provider runs convolutions channels-last (onnxruntime_cuda_layout="nhwc"); the
+# variants without it pin "nchw", the provider's own default.
+_OPTIONS = {"hybrid": {"placement": "delegate"}, "hybrid_cg": {"cuda_graphs": True, "placement": "delegate"},
             "hybrid_mp": {"placement": "measured"}, "hybrid_cg_mp": {"placement": "measured", "cuda_graphs": True}}
+_OPTIONS = {**{k: {**v, "onnxruntime_cuda_layout": "nchw"} for k, v in _OPTIONS.items()},
+            **{f"{k}_nhwc": {**v, "onnxruntime_cuda_layout": "nhwc"} for k, v in _OPTIONS.items()}}
 
 
 # ---------------------------------------------------------------------------------------------- child
@@ -188,7 +194,7 @@ def _run_task(task: dict, args) -> dict:
                     rep = hybrid_trt.last_report()
                     print(rep.table(), file=sys.stderr, flush=True)
                     row[f"{v}_partitions"] = sum(p.status == "delegated" for p in rep.partitions)
-                    if v.endswith("_mp"):
+                    if "_mp" in v:
                         row[f"{v}_placed"] = _placement_summary(rep)
                     if v.startswith("hybrid_cg") and rep.cuda_graphs is not None and "cuda_graphs" not in row:
                         row["cuda_graphs"] = rep.cuda_graphs.status
@@ -242,9 +248,9 @@ def _run_lidar(task: dict, args) -> dict:
                     row["err"][v] = 0.0
                 except AssertionError as e:
                     row["errors"][v] = f"detections differ: {' '.join(str(e).split())[:120]}"
-                if v.endswith("_mp"):
+                if "_mp" in v:
                     row[f"{v}_placed"] = _placement_summary(hybrid_trt.last_report())
-                if v == "hybrid_cg" and hybrid_trt.last_report().cuda_graphs is not None:
+                if v.startswith("hybrid_cg") and hybrid_trt.last_report().cuda_graphs is not None:
                     row["cuda_graphs"] = hybrid_trt.last_report().cuda_graphs.status
                     row["cuda_graph_reasons"] = hybrid_trt.last_report().cuda_graphs.reasons[:3]
                 fns[v] = (lambda f: (lambda: f(feats, coords)))(fn)
@@ -307,8 +313,9 @@ def to_markdown(rows: list, header: str, variants) -> str:
     lines = [header, "",
              "| model | dtype | batch | " + " | ".join(f"{LABELS[v]} ms" for v in variants)
              + " | hybrid CG / Inductor r-o | hybrid CG MP / Inductor r-o | hybrid CG / ORT CG | CUDA graphs (hybrid)"
-               " | max rel err (hybrid CG, hybrid CG MP, ORT CG) | compile s (hybrid CG, hybrid CG MP) |",
-             "|" + "---|" * (len(variants) + 9)]
+               " | max rel err (hybrid CG, hybrid CG MP, ORT CG) | compile s (hybrid CG, hybrid CG MP)"
+               " | NHWC variants / Inductor r-o, / ORT CG |",
+             "|" + "---|" * (len(variants) + 10)]
     notes = []
     for r in rows:
         label = f"| {r['model']} | {r['dtype']} | {r['batch']} |"
@@ -323,10 +330,13 @@ def to_markdown(rows: list, header: str, variants) -> str:
             + f" | {_ratio(ms.get('hybrid_cg_mp'), ms.get('inductor_ro'))} | {_ratio(ms.get('hybrid_cg'), ms.get('ort_cg'))}"
             + f" | {r.get('cuda_graphs', '-')} | {err.get('hybrid_cg', float('nan')):.1e}, "
               f"{err.get('hybrid_cg_mp', float('nan')):.1e}, {err.get('ort_cg', float('nan')):.1e}"
-            + f" | {r.get('compile_s', {}).get('hybrid_cg', '-')}, {r.get('compile_s', {}).get('hybrid_cg_mp', '-')} |")
-        for key in ("hybrid_mp_placed", "hybrid_cg_mp_placed"):
+            + f" | {r.get('compile_s', {}).get('hybrid_cg', '-')}, {r.get('compile_s', {}).get('hybrid_cg_mp', '-')}"
+            + " | " + "; ".join(f"{LABELS[v]} {_ratio(ms.get(v), ms.get('inductor_ro'))}, {_ratio(ms.get(v), ms.get('ort_cg'))}"
+                                for v in variants if v.endswith("_nhwc") and v.startswith("hybrid_cg")) + " |")
+        for key in [f"{v}_placed" for v in variants if "_mp" in v]:
             if r.get(key):
-                notes.append(f"- {r['model']} {r['dtype']} b{r['batch']} {LABELS[key[:-7]]} placement: {r[key]}")
+                notes.append(f"- {r['model']} {r['dtype']} b{r['batch']} {LABELS[key[:-len('_placed')]]} placement: "
+                             f"{r[key]}")
         for v, e in r.get("errors", {}).items():
             notes.append(f"- {r['model']} {r['dtype']} b{r['batch']} {LABELS.get(v, v)}: {e}")
         for why in r.get("cuda_graph_reasons", []):

@@ -16,6 +16,7 @@ PLUGIN_ENV_PREFIXES = ("HYBRID_TRT_SPARSE_",)
 PRECISIONS = ("fp32", "fp16", "bf16")
 ORT_PROVIDERS = ("auto", "cpu", "cuda", "tensorrt")
 PLACEMENTS = ("auto", "delegate", "measured")  # see placement.py and Options.measures_placement
+ORT_CUDA_LAYOUTS = ("auto", "nchw", "nhwc")  # see delegates/onnxruntime_delegate.py, cuda_layout_nhwc
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,6 +30,7 @@ class Options:
     max_engines_per_partition: int = 8
     num_threads: Optional[int] = None  # delegate threads; None = torch.get_num_threads()
     onnxruntime_provider: str = "auto"
+    onnxruntime_cuda_layout: str = "auto"  # the CUDA provider's convolution layout (prefer_nhwc)
     tensorrt_workspace_bytes: int = 1 << 30
     cache: bool = True  # engine store on disk, and Inductor's FX-graph and AOTAutograd caches
     cache_dir: Optional[str] = None  # None = $XDG_CACHE_HOME/hybrid_trt, else ~/.cache/hybrid_trt
@@ -50,12 +52,15 @@ class Options:
 
     def measures_placement(self, device) -> bool:
         """Whether a partition on ``device`` is timed against Inductor before it is delegated. ``auto`` measures
-        where CUDA graphs replay on a GPU: there the host's work is gone and only the kernels' speed counts, and
-        ONNX Runtime's CUDA kernels lost to Inductor's in fp16 in every row on the H200 (2-2.7x at batch 16,
-        benchmarks/results/cudagraphs_h200.md), so delegating unmeasured made ``reduce-overhead`` slower than
-        Inductor's own. Elsewhere ``auto`` delegates what a delegate supports, as ``delegate`` does."""
+        on a GPU, with or without CUDA graphs: a supported partition is not a faster one there. On the H200 ONNX
+        Runtime's CUDA kernels lost to Inductor's in fp16 in every CUDA-graph row (2-2.7x at batch 16), and
+        uncaptured the LiDAR example's dense partition took 6.7 ms against Inductor's 3.0 (the whole model 2.1x
+        Inductor's time delegated, 1.13x measured; benchmarks/results/cudagraphs_h200.md, session 6). On the
+        CPU ``auto`` delegates what a delegate supports, as ``delegate`` does: there ONNX Runtime was the faster
+        in every conformance row, and wall timing of a long partition on a loaded CPU is noisier than the margin
+        (benchmarks/results/conformance_cpu_2core_placement.md)."""
         if self.placement == "auto":
-            return self.cuda_graphs and device.type == "cuda"
+            return device.type == "cuda"
         return self.placement == "measured"
 
     def resolved_delegates(self) -> tuple[str, ...]:
@@ -75,6 +80,7 @@ _DOCS = {
     "max_engines_per_partition": "int >= 1",
     "num_threads": "int >= 1 or None",
     "onnxruntime_provider": f"one of {ORT_PROVIDERS}",
+    "onnxruntime_cuda_layout": f"one of {ORT_CUDA_LAYOUTS}",
     "tensorrt_workspace_bytes": "int >= 1",
     "cache": "bool",
     "cache_dir": "a directory path (created when missing)",
@@ -167,6 +173,8 @@ def _convert(key: str, value: Any) -> Any:
         return _as_choice(key, value, ORT_PROVIDERS)
     if key == "placement":
         return _as_choice(key, value, PLACEMENTS)
+    if key == "onnxruntime_cuda_layout":
+        return _as_choice(key, value, ORT_CUDA_LAYOUTS)
     if key in ("strict", "print_report", "cache", "cuda_graphs"):
         return _as_bool(key, value)
     raise AssertionError(key)

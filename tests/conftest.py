@@ -57,6 +57,15 @@ def _own_engine_cache(tmp_path, monkeypatch):
 
 
 @pytest.fixture(autouse=True)
+def _delegate_placement(monkeypatch):
+    """Tests are about what a delegate does with the partitions it is given. On a GPU the default placement
+    ("auto") times each partition against Inductor and moves those Inductor beats, which can leave nothing
+    delegated to test (on the CPU, where CI runs, "auto" delegates anyway). Tests of the default itself remove
+    the variable (test_placement.py, test_cuda_graphs.py)."""
+    monkeypatch.setenv("HYBRID_TRT_PLACEMENT", "delegate")
+
+
+@pytest.fixture(autouse=True)
 def _fresh_dynamo():
     """Every test starts (and leaves) with an empty Dynamo cache, so compile counts and reports are its own."""
     torch._dynamo.reset()

@@ -213,14 +213,6 @@ cuda_only = pytest.mark.skipif(not (torch.cuda.is_available() and _ort_cuda()),
                                reason="needs a CUDA device and onnxruntime-gpu's CUDA provider")
 
 
-@pytest.fixture(autouse=True)
-def _delegate_placement(monkeypatch):
-    """These tests are about capturing delegate runs. Under CUDA graphs on a GPU the default placement ("auto")
-    times each partition against Inductor and moves those Inductor beats, which can leave nothing delegated to
-    capture; test_reduce_overhead_measures_placement_by_default checks that default itself."""
-    monkeypatch.setenv("HYBRID_TRT_PLACEMENT", "delegate")
-
-
 @pytest.fixture
 def no_tf32():
     matmul, cudnn = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32

@@ -2,10 +2,12 @@
 any layout), thread count following torch or the option, CPU provider."""
 import json
 
+import numpy as np
+
 import onnx
 import pytest
 import torch
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 from hybrid_trt import make_options
 from hybrid_trt.delegates import available_delegates, get_delegate
@@ -155,7 +157,8 @@ def test_tf32_only_where_pytorch_would_use_it_for_every_op_the_session_holds(con
     assert session_uses_tf32(both, opts) == (conv and matmul)
     assert session_uses_tf32(_add_relu_model(), opts) is False  # nothing the switch reaches
     assert session_uses_tf32(_one_node_model("FusedMatMul", "com.microsoft"), opts) is False
-    cuda_opts = dict(delegate.providers(torch.device("cuda"), opts, None, session_uses_tf32(mm_model, opts))[0][1])
+    settings = {"use_tf32": session_uses_tf32(mm_model, opts), "prefer_nhwc": False}
+    cuda_opts = dict(delegate.providers(torch.device("cuda"), opts, None, settings)[0][1])
     assert cuda_opts["use_tf32"] == int(matmul)
 
 
@@ -194,9 +197,64 @@ def test_tf32_decision_is_stored_with_the_engine_and_read_at_load(tmp_path):
     delegate = get_delegate("onnxruntime")
     options = make_options(environ={})
     files = delegate.serialize(_build(options, keep_serialized=True))
-    assert json.loads(files["session.json"]) == {"use_tf32": False}
+    assert json.loads(files["session.json"]) == {"use_tf32": False, "prefer_nhwc": False}
     assert delegate.deploy_files(set(files)) == {"optimized.onnx", "session.json"}
     assert delegate.deploy_files({"model.onnx"}) == {"model.onnx"}
+
+
+def _conv_model(dtype, group=1, rank=4, channels=4):
+    """One Conv whose weight is an initializer of ``dtype`` (float16 or float32)."""
+    shape = [channels, channels // group] + [3] * (rank - 2)
+    weight = numpy_helper.from_array(np.zeros(shape, dtype=np.float16 if dtype == TensorProto.FLOAT16 else
+                                              np.float32), "w")
+    x = helper.make_tensor_value_info("x", dtype, [1, channels] + [8] * (rank - 2))
+    out = helper.make_tensor_value_info("out", dtype, None)
+    graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["out"], group=group)], "g", [x], [out],
+                              initializer=[weight])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+@pytest.mark.parametrize("model,auto", [
+    (lambda: _conv_model(TensorProto.FLOAT16), True),               # ResNets in fp16: NHWC 0.63-0.98x NCHW
+    (lambda: _conv_model(TensorProto.FLOAT16, group=4), False),     # depthwise (MobileNet, ConvNeXt): 1.01-1.07x
+    (lambda: _conv_model(TensorProto.FLOAT), False),                # fp32: up to 1.16x
+    (lambda: _conv_model(TensorProto.FLOAT16, rank=5), False),      # 3-D convolutions: not measured
+    (_add_relu_model, False),                                       # no convolution at all
+])
+def test_cuda_layout_follows_the_option_else_the_measured_rule(model, auto):
+    from hybrid_trt.delegates.onnxruntime_delegate import cuda_layout_nhwc, session_settings
+    m = model()
+    assert cuda_layout_nhwc(m, "auto") is auto
+    assert cuda_layout_nhwc(m, "nhwc") is True and cuda_layout_nhwc(m, "nchw") is False
+    delegate = get_delegate("onnxruntime")
+    opts = delegate.options_from(make_options({"onnxruntime_cuda_layout": "nhwc"}, environ={}))
+    assert opts["cuda_layout"] == "nhwc"  # a delegate option, so part of the engine key
+    assert session_settings(m, torch.device("cuda"), opts)["prefer_nhwc"] is True
+    assert session_settings(m, torch.device("cpu"), opts)["prefer_nhwc"] is False  # the CPU provider has none
+    cuda_opts = dict(delegate.providers(torch.device("cuda"), opts, None, {"prefer_nhwc": True})[0][1])
+    assert cuda_opts["prefer_nhwc"] == 1
+    assert dict(delegate.providers(torch.device("cuda"), opts, None, None)[0][1])["prefer_nhwc"] == 0
+    with pytest.raises(ValueError, match="onnxruntime_cuda_layout.*'nhcw'.*one of"):
+        make_options({"onnxruntime_cuda_layout": "nhcw"}, environ={})
+
+
+def test_an_nhwc_session_is_stored_without_its_optimized_model(monkeypatch):
+    """The CUDA provider's NHWC layout pass writes nodes of an internal domain into the optimized model, which are
+    not for reloading: such an engine stores the lowered model alone, with the decision, and a load optimizes it
+    again under the same settings."""
+    import hybrid_trt.delegates.onnxruntime_delegate as ortd
+    monkeypatch.setattr(ortd, "session_settings", lambda *a: {"use_tf32": False, "prefer_nhwc": True})
+    delegate = get_delegate("onnxruntime")
+    files = delegate.serialize(_build(make_options(environ={}), keep_serialized=True))
+    assert "optimized.onnx" not in files
+    assert json.loads(files["session.json"]) == {"use_tf32": False, "prefer_nhwc": True}
+    assert delegate.deploy_files(set(files)) == {"model.onnx", "session.json"}
+    seen = []
+    real = delegate.session
+    monkeypatch.setattr(delegate, "session", lambda *a, **k: seen.append(k.get("settings")) or real(*a, **k))
+    metas = [torch.empty(2, 3), torch.empty(2, 1, dtype=torch.int64)]
+    delegate.load(files, metas, torch.device("cpu"), delegate.options_from(make_options(environ={})))
+    assert seen == [{"use_tf32": False, "prefer_nhwc": True}]
 
 
 def test_sessions_do_not_spin():
@@ -211,7 +269,7 @@ def test_sessions_do_not_spin():
 _LOGGING_SCRIPT = r'''
 import logging, sys
 import torch
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 from hybrid_trt import make_options
 from hybrid_trt.delegates import get_delegate
 if sys.argv[1] == "debug":

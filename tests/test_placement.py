@@ -63,25 +63,26 @@ def _verdicts(report):
 def test_option_is_validated():
     assert make_options({"placement": "measured"}).placement == "measured"
     assert make_options({}, environ={"HYBRID_TRT_PLACEMENT": "measured"}).placement == "measured"
-    assert make_options({}).placement == "auto"
+    assert make_options({}, environ={}).placement == "auto"
     with pytest.raises(ValueError, match=r"placement.*'fastest'.*one of \('auto', 'delegate', 'measured'\)"):
         make_options({"placement": "fastest"})
 
 
-def test_auto_measures_only_where_cuda_graphs_replay_on_a_gpu():
+def test_auto_measures_on_a_gpu_only():
     cpu, gpu = torch.device("cpu"), torch.device("cuda", 0)
-    auto, graphs = make_options({}), make_options({"cuda_graphs": True})
-    assert not auto.measures_placement(cpu) and not auto.measures_placement(gpu)
+    auto, graphs = make_options({}, environ={}), make_options({"cuda_graphs": True}, environ={})
+    assert auto.measures_placement(gpu) and not auto.measures_placement(cpu)
     assert graphs.measures_placement(gpu) and not graphs.measures_placement(cpu)
     for explicit, measured in (("delegate", False), ("measured", True)):
         for cuda_graphs in (False, True):
-            opts = make_options({"placement": explicit, "cuda_graphs": cuda_graphs})
+            opts = make_options({"placement": explicit, "cuda_graphs": cuda_graphs}, environ={})
             assert opts.measures_placement(cpu) is measured and opts.measures_placement(gpu) is measured
 
 
-def test_cuda_graphs_on_a_cpu_model_times_nothing_by_default():
-    """auto under CUDA graphs measures GPU partitions only: a CPU model (nothing captured) keeps its delegates
+def test_cuda_graphs_on_a_cpu_model_times_nothing_by_default(monkeypatch):
+    """auto measures GPU partitions only: a CPU model under CUDA graphs (nothing captured) keeps its delegates
     untimed, as without the option."""
+    monkeypatch.delenv("HYBRID_TRT_PLACEMENT")
     model, x = Net().eval(), torch.randn(2, 3, 16, 16)
     with torch.no_grad():
         expected = model(x)
@@ -156,7 +157,8 @@ def test_measured_compile_matches_eager_and_records_its_reason():
         assert any(op.reason == f"placement {p.placement}" for op in report.inductor_ops)
 
 
-def test_default_times_nothing():
+def test_default_times_nothing_on_the_cpu(monkeypatch):
+    monkeypatch.delenv("HYBRID_TRT_PLACEMENT")
     model, x = Net().eval(), torch.randn(2, 3, 16, 16)
     with torch.no_grad():
         torch.compile(model, backend="hybrid_trt")(x)
@@ -277,6 +279,22 @@ def test_placement_and_the_capture_plan_share_one_probe_process(monkeypatch):
     with torch.no_grad():
         torch.compile(model, backend="hybrid_trt", options={"placement": "measured", "cuda_graphs": True})(x)
     assert len(children) == 1, children
+
+
+@cuda
+def test_default_measures_gpu_partitions_without_cuda_graphs(monkeypatch):
+    """placement "auto" on a GPU times every static partition (wall time, no graphs) and keeps the faster."""
+    monkeypatch.delenv("HYBRID_TRT_PLACEMENT")
+    model, x = Net().eval().cuda(), torch.randn(2, 3, 16, 16, device="cuda")
+    with torch.no_grad():
+        expected = model(x)
+        out = torch.compile(model, backend="hybrid_trt")(x)
+    assert_close(out, expected)
+    report = hybrid_trt.last_report()
+    assert report.partitions, report.table()
+    for status, m in _verdicts(report):
+        assert m.group(3, 5) == ("wall time", "wall time"), m.group(0)
+        assert (status == "placed on Inductor") == (m.group(6) == "Inductor")
 
 
 @cuda

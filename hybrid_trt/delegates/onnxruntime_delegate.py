@@ -293,6 +293,49 @@ def _on_cuda(node) -> bool:
 _SESSION_FILE = "session.json"  # stored beside the model: the session settings decided from the lowered model
 
 
+def session_settings(model: onnx.ModelProto, device: torch.device, options: Mapping[str, Any]) -> dict:
+    """The per-session switches decided from the lowered model: TF32 (``tf32.uses_tf32``) and, on the CUDA
+    provider, the NHWC layout (``cuda_layout_nhwc``)."""
+    nhwc = _provider_kind(device, options) == "cuda" and cuda_layout_nhwc(model, options.get("cuda_layout", "auto"))
+    return {"use_tf32": uses_tf32(model, options), "prefer_nhwc": bool(nhwc)}
+
+
+def cuda_layout_nhwc(model: onnx.ModelProto, layout: str) -> bool:
+    """Whether the CUDA provider runs the model's convolutions channels-last (``prefer_nhwc``): the option's
+    value, or for ``auto``: where the model holds float16 2-D convolutions and none of them is grouped.
+
+    Measured on the H200 (benchmarks/results/cudagraphs_h200.md, session 6: whole models under ONNX Runtime's
+    own CUDA graph): channels-last took 0.63-0.98x the time of NCHW for ResNet-18/50 in float16 (cuDNN's NHWC
+    tensor-core kernels, without the layout transposes around each convolution), but 1.01-1.07x for models of
+    depthwise convolutions (MobileNetV3, EfficientNet-B0, ConvNeXt-T at batch 1) and up to 1.16x in float32."""
+    if layout != "auto":
+        return layout == "nhwc"
+    dtypes = _value_dtypes(model.graph)
+    convs = [n for n in model.graph.node if n.domain in ("", "ai.onnx") and n.op_type == "Conv"]
+    if not convs or any(_group(n) != 1 for n in convs):
+        return False
+    return any(dtypes.get(n.input[1]) == (onnx.TensorProto.FLOAT16, 4) for n in convs)
+
+
+def _group(node: onnx.NodeProto) -> int:
+    return next((a.i for a in node.attribute if a.name == "group"), 1)
+
+
+def _value_dtypes(graph: onnx.GraphProto) -> dict:
+    """Value name -> (element type, rank), where the model says (initializers, inputs, value_info)."""
+    out = {t.name: (t.data_type, len(t.dims)) for t in graph.initializer}
+    for v in [*graph.input, *graph.value_info]:
+        tt = v.type.tensor_type
+        if tt.HasField("shape"):
+            out.setdefault(v.name, (tt.elem_type, len(tt.shape.dim)))
+    return out
+
+
+def _stored_settings(files: Mapping[str, bytes]) -> dict:
+    stored = json.loads(files[_SESSION_FILE]) if _SESSION_FILE in files else {}
+    return {"use_tf32": bool(stored.get("use_tf32", False)), "prefer_nhwc": bool(stored.get("prefer_nhwc", False))}
+
+
 def _provider_kind(device: torch.device, options: Mapping[str, Any]) -> str:
     if options["provider"] == "auto":
         return "cuda" if device.type == "cuda" else "cpu"
@@ -341,11 +384,14 @@ class OnnxRuntimeDelegate(Delegate):
                     f"this onnxruntime build (available: {_ort().get_available_providers()})")
 
     def providers(self, device: torch.device, options, stream: Optional["torch.cuda.Stream"] = None,
-                  tf32: bool = False) -> list:
+                  settings: Optional[Mapping[str, bool]] = None) -> list:
+        """``settings``: the per-session switches decided from the lowered model (``session_settings``)."""
         kind = _provider_kind(device, options)
         if kind == "cpu":
             return ["CPUExecutionProvider"]
-        cuda_opts = {"device_id": device.index or 0, "use_tf32": int(tf32)}
+        settings = settings or {}
+        cuda_opts = {"device_id": device.index or 0, "use_tf32": int(settings.get("use_tf32", False)),
+                     "prefer_nhwc": int(settings.get("prefer_nhwc", False))}
         trt_opts = {"device_id": device.index or 0}
         if stream is not None:
             # A non-null user_compute_stream makes the provider run every kernel and copy on that one stream
@@ -358,10 +404,11 @@ class OnnxRuntimeDelegate(Delegate):
         return chain
 
     def session(self, model_bytes: bytes, device: torch.device, options: Mapping[str, Any],
-                optimized_path: Optional[str] = None, optimize: bool = True, tf32: bool = False):
+                optimized_path: Optional[str] = None, optimize: bool = True,
+                settings: Optional[Mapping[str, bool]] = None):
         """A session for serialized ONNX ``model_bytes`` and, on CUDA, the stream it computes on (else None).
         ``optimized_path``: ONNX Runtime writes the optimized model there; ``optimize=False``: ``model_bytes`` is
-        such an optimized model, loaded without graph optimization."""
+        such an optimized model, loaded without graph optimization. ``settings``: see ``session_settings``."""
         threads = options["threads"]
         # A stream of the session's own, not the caller's: the caller's stream may change from call to call
         # (torch.cuda.stream), while the session's is fixed at creation; OnnxRuntimeEngine orders the two.
@@ -372,14 +419,14 @@ class OnnxRuntimeDelegate(Delegate):
             so.optimized_model_filepath = optimized_path
         if not optimize:
             so.graph_optimization_level = _ort().GraphOptimizationLevel.ORT_DISABLE_ALL
-        session = _ort().InferenceSession(model_bytes, so, providers=self.providers(device, options, stream, tf32))
+        session = _ort().InferenceSession(model_bytes, so, providers=self.providers(device, options, stream, settings))
         logger.debug("onnxruntime session built with providers %s, %d thread(s)", session.get_providers(), threads)
         return session, stream
 
     def options_from(self, options) -> dict[str, Any]:
         # PyTorch's TF32 switches at compile time (tf32.uses_tf32) are engine settings too.
         return {"provider": options.onnxruntime_provider, "threads": options.num_threads or torch.get_num_threads(),
-                **tf32_switches()}
+                "cuda_layout": options.onnxruntime_cuda_layout, **tf32_switches()}
 
     def library_version(self) -> str:
         ort = _ort()
@@ -402,18 +449,20 @@ class OnnxRuntimeDelegate(Delegate):
     def build(self, model: onnx.ModelProto, output_metas, device, delegate_options: Mapping[str, Any],
               keep_serialized: bool = False) -> Engine:
         model_bytes = model.SerializeToString()
-        # one TF32 switch per session (use_tf32): see tf32.uses_tf32
-        tf32 = uses_tf32(model, delegate_options)
+        settings = session_settings(model, device, delegate_options)
         if not keep_serialized:
-            session, stream = self.session(model_bytes, device, delegate_options, tf32=tf32)
+            session, stream = self.session(model_bytes, device, delegate_options, settings=settings)
             return OnnxRuntimeEngine(session, output_metas, device, stream)
         # Stored form: the lowered model, and the model as ONNX Runtime optimized it for this provider and
         # machine (the key covers both), so that a load skips graph optimization. TensorRT's provider compiles
-        # nodes, which cannot be saved as ONNX: only the lowered model is stored for it.
-        files = {"model.onnx": model_bytes, _SESSION_FILE: json.dumps({"use_tf32": tf32}).encode()}
+        # nodes, which cannot be saved as ONNX: only the lowered model is stored for it; nor can the CUDA
+        # provider's NHWC layout pass, whose nodes (internal NHWC domain) are not for reloading.
+        files = {"model.onnx": model_bytes, _SESSION_FILE: json.dumps(settings).encode()}
         with tempfile.TemporaryDirectory(prefix="hybrid_trt_ort_") as tmp:
-            path = None if _provider_kind(device, delegate_options) == "tensorrt" else os.path.join(tmp, "opt.onnx")
-            session, stream = self.session(model_bytes, device, delegate_options, optimized_path=path, tf32=tf32)
+            unsaveable = _provider_kind(device, delegate_options) == "tensorrt" or settings["prefer_nhwc"]
+            path = None if unsaveable else os.path.join(tmp, "opt.onnx")
+            session, stream = self.session(model_bytes, device, delegate_options, optimized_path=path,
+                                           settings=settings)
             if path is not None and os.path.exists(path):
                 with open(path, "rb") as f:
                     files["optimized.onnx"] = f.read()
@@ -435,19 +484,20 @@ class OnnxRuntimeDelegate(Delegate):
         return model | ({_SESSION_FILE} & set(names))
 
     def load(self, files: Mapping[str, bytes], output_metas, device, delegate_options: Mapping[str, Any]) -> Engine:
-        # The optimized model's fused nodes (FusedConv, FusedMatMul...) no longer tell the TF32 decision: it was
-        # made from the lowered model at build and stored with it.
-        tf32 = bool(json.loads(files[_SESSION_FILE])["use_tf32"]) if _SESSION_FILE in files else False
+        # The optimized model's fused nodes (FusedConv, FusedMatMul...) no longer tell the session's settings: they
+        # were decided from the lowered model at build and stored with it.
+        settings = _stored_settings(files)
         optimized = files.get("optimized.onnx")
         if optimized is not None:
             try:
-                session, stream = self.session(optimized, device, delegate_options, optimize=False, tf32=tf32)
+                session, stream = self.session(optimized, device, delegate_options, optimize=False,
+                                               settings=settings)
                 return OnnxRuntimeEngine(session, output_metas, device, stream)
             except Exception as e:  # noqa: BLE001 - the lowered model is stored beside it
                 if "model.onnx" not in files:  # a package ships only the form that loads (deploy_files)
                     raise
                 logger.debug("onnxruntime: stored optimized model did not load (%s); optimizing the lowered one", e)
-        session, stream = self.session(files["model.onnx"], device, delegate_options, tf32=tf32)
+        session, stream = self.session(files["model.onnx"], device, delegate_options, settings=settings)
         return OnnxRuntimeEngine(session, output_metas, device, stream)
 
 
