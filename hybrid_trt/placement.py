@@ -1,6 +1,6 @@
-"""Measured placement: with ``placement="measured"`` (and by default, ``"auto"``, for GPU partitions under CUDA
-graphs: ``Options.measures_placement``), a partition stays with its delegate only where the delegate runs it
-faster than Inductor does.
+"""Measured placement: with ``placement="measured"`` (and by default, ``"auto"``, for GPU partitions:
+``Options.measures_placement``), a partition stays with its delegate only where the delegate runs it faster than
+Inductor does.
 
 A delegate supporting a partition does not make it faster there: on the H200, ONNX Runtime's CUDA-provider fp16
 kernels took 2-3x Inductor's time at batch 16 (benchmarks/results/cudagraphs_h200.md), so a hybrid graph of such
