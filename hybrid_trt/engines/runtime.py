@@ -83,18 +83,40 @@ class _Registry:
     """key -> live runtime. Weak: a runtime lives as long as the compiled code that holds it (the backend hangs
     them on the compiled function), so compiling many models does not pin their engines. The latest runtime of a
     key serves it; when that one is released while an older one of the same content lives, the older takes
-    over (``all``). Runtimes loaded on a miss have no other owner and are held here (``loaded``)."""
+    over (``all``). Runtimes loaded on a miss have no other owner and are held here (``loaded``).
+
+    A miss (Inductor's cache served a graph calling a key no compile in this process prepared) is loaded once,
+    under a lock, from the stores this process's compiles used, newest first (a ``cache_dir`` given as an option
+    as well as the environment's), then from the environment's or default directory."""
 
     def __init__(self):
         self.live: "weakref.WeakValueDictionary[str, PartitionRuntime]" = weakref.WeakValueDictionary()
         self.all: "weakref.WeakSet[PartitionRuntime]" = weakref.WeakSet()
         self.loaded: dict[str, PartitionRuntime] = {}
+        self.stores: dict = {}  # root -> EngineStore, in the order compiles last used them
+        self._miss_lock = threading.Lock()
 
     def register(self, runtime: "PartitionRuntime") -> None:
         self.live[runtime.key] = runtime
         self.all.add(runtime)
+        store = getattr(runtime, "store", None)
+        if store is not None and store.root is not None and not store.read_only:
+            self.stores.pop(store.root, None)
+            self.stores[store.root] = store
 
     def resolve(self, key: str) -> "PartitionRuntime":
+        runtime = self._live(key)
+        if runtime is not None:
+            return runtime
+        with self._miss_lock:  # two threads missing one key load it once
+            runtime = self._live(key)
+            if runtime is None:
+                runtime = _load_on_miss(key, list(reversed(self.stores.values())))
+                self.loaded[key] = runtime
+                self.register(runtime)
+        return runtime
+
+    def _live(self, key: str) -> Optional["PartitionRuntime"]:
         runtime = self.live.get(key)
         if runtime is not None:
             return runtime
@@ -102,30 +124,31 @@ class _Registry:
             if other.key == key:
                 self.live[key] = other
                 return other
-        runtime = _load_on_miss(key)
-        self.loaded[key] = runtime
-        self.register(runtime)
-        return runtime
+        return None
 
 
 REGISTRY = _Registry()
 
 
-def _load_on_miss(key: str) -> "PartitionRuntime":
+def _load_on_miss(key: str, stores: Sequence[EngineStore]) -> "PartitionRuntime":
     from ..options import make_options
     options = make_options()
-    store = engine_store(options)
+    default = engine_store(options)
+    candidates = [*stores, *([default] if default.root not in {s.root for s in stores} else [])]
+    policy = Policy(options.strict, options.max_engines_per_partition)
     t0 = time.perf_counter()
-    runtime = load_runtime(key, store, None, Policy(options.strict, options.max_engines_per_partition),
-                           name=f"partition {key[:12]}")
-    if runtime is None:
-        raise RuntimeError(
-            f"hybrid_trt: the compiled graph calls delegated partition {key[:16]}..., which is neither in this "
-            f"process nor in the engine cache {store.root}. The cache entry was evicted or deleted after Inductor "
-            "cached the compiled graph: call torch._dynamo.reset() and compile again, or clear Inductor's cache "
-            "(TORCHINDUCTOR_CACHE_DIR) together with hybrid_trt's (cache_dir).")
-    logger.info("hybrid_trt: %s loaded from %s in %.3f s", runtime.name, store.root, time.perf_counter() - t0)
-    return runtime
+    for store in candidates:
+        runtime = load_runtime(key, store, None, policy, name=f"partition {key[:12]}")
+        if runtime is not None:
+            logger.info("hybrid_trt: %s loaded from %s in %.3f s", runtime.name, store.root,
+                        time.perf_counter() - t0)
+            return runtime
+    where = ", ".join(str(s.root) for s in candidates if s.root is not None) or "(caching is off)"
+    raise RuntimeError(
+        f"hybrid_trt: the compiled graph calls delegated partition {key[:16]}..., which is neither in this "
+        f"process nor in the engine cache ({where}). The cache entry was evicted or deleted after Inductor "
+        "cached the compiled graph: call torch._dynamo.reset() and compile again, or clear Inductor's cache "
+        "(TORCHINDUCTOR_CACHE_DIR) together with hybrid_trt's (cache_dir).")
 
 
 # ---------------------------------------------------------------------------------------------- compile time
