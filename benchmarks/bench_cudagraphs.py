@@ -333,6 +333,9 @@ def to_markdown(rows: list, header: str, variants) -> str:
             + f" | {r.get('compile_s', {}).get('hybrid_cg', '-')}, {r.get('compile_s', {}).get('hybrid_cg_mp', '-')}"
             + " | " + "; ".join(f"{LABELS[v]} {_ratio(ms.get(v), ms.get('inductor_ro'))}, {_ratio(ms.get(v), ms.get('ort_cg'))}"
                                 for v in variants if v.endswith("_nhwc") and v.startswith("hybrid_cg")) + " |")
+        errs = ", ".join(f"{LABELS[v]} {err[v]:.1e}" for v in variants if v.endswith("_nhwc") and v in err)
+        if errs:
+            notes.append(f"- {r['model']} {r['dtype']} b{r['batch']} max rel err of the NHWC variants: {errs}")
         for key in [f"{v}_placed" for v in variants if "_mp" in v]:
             if r.get(key):
                 notes.append(f"- {r['model']} {r['dtype']} b{r['batch']} {LABELS[key[:-len('_placed')]]} placement: "
