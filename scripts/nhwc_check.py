@@ -4,7 +4,11 @@ import sys
 import torch
 import torchvision
 import hybrid_trt
+from hybrid_trt.delegates import onnxruntime_delegate as ortd
 
+decided = []
+_settings = ortd.session_settings
+ortd.session_settings = lambda *a: decided.append(_settings(*a)) or decided[-1]
 torch.backends.cudnn.allow_tf32 = False
 for name in sys.argv[1:] or ["resnet18", "resnet50", "mobilenet_v3_large"]:
     torch.manual_seed(0)
@@ -20,6 +24,7 @@ for name in sys.argv[1:] or ["resnet18", "resnet50", "mobilenet_v3_large"]:
     scale = float(ref.float().abs().max())
     err = float((out.float() - ref.float()).abs().max()) / scale
     err_nchw = float((nchw.float() - ref.float()).abs().max()) / scale
-    print(f"NHWC_CHECK {name}: rel err auto layout {err:.2e}, nchw {err_nchw:.2e}, "
+    print(f"NHWC_CHECK {name}: session settings {decided}; rel err auto layout {err:.2e}, nchw {err_nchw:.2e}, "
           f"{sum(p.status == 'delegated' for p in rep.partitions)} partition(s) delegated", flush=True)
     torch._dynamo.reset()
+    decided.clear()
