@@ -311,7 +311,8 @@ def cuda_layout_nhwc(model: onnx.ModelProto, layout: str) -> bool:
     if layout != "auto":
         return layout == "nhwc"
     dtypes = _value_dtypes(model.graph)
-    convs = [n for n in model.graph.node if n.domain in ("", "ai.onnx") and n.op_type == "Conv"]
+    nodes = [*model.graph.node, *(n for f in model.functions for n in f.node)]
+    convs = [n for n in nodes if n.domain in ("", "ai.onnx") and n.op_type == "Conv"]
     if not convs or any(_group(n) != 1 for n in convs):
         return False
     return any(dtypes.get(n.input[1]) == (onnx.TensorProto.FLOAT16, 4) for n in convs)
