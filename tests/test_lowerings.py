@@ -295,7 +295,17 @@ SAMPLES: dict[Any, list[Case]] = {
         C(T(NAN4().to(F64)), [3, 3], [1, 1], [1, 1], [2, 2], outputs=(0,), id="nan_dilated_f64")],
     aten.avg_pool2d.default: [C(T(X4()), [2, 2], [2, 2]),
                               C(T(X4()), [3, 3], [1, 1], [1, 1], False, False, id="pad_exclude"),
-                              C(T(X4()), [3, 3], [2, 2], [1, 1], False, True, id="pad_include")],
+                              C(T(X4()), [3, 3], [2, 2], [1, 1], False, True, id="pad_include"),
+                              # ResNet-D / ResNeSt / NFNet downsampling: AvgPool2d(2, 2, ceil_mode=True,
+                              # count_include_pad=False) on odd sizes (split those models in 4 partitions)
+                              C(T(rn(2, 3, 7, 5)), [2, 2], [2, 2], [0, 0], True, False, id="ceil_exclude"),
+                              C(T(rn(2, 3, 7, 5)), [2, 2], [2, 2], [0, 0], True, True, id="ceil_include"),
+                              C(T(rn(2, 3, 8, 7)), [3, 3], [2, 2], [1, 1], True, True, id="ceil_pad_include"),
+                              C(T(rn(2, 3, 8, 7)), [3, 3], [2, 2], [1, 1], True, False, id="ceil_pad_exclude"),
+                              C(T(rn(2, 3, 7, 7)), [3, 2], [2, 3], [1, 0], True, False, id="ceil_asymmetric"),
+                              C(T(X4()), [3, 3], [2, 2], [1, 1], False, True, 5, id="divisor_override"),
+                              C(T(with_nan(rn(2, 3, 7, 5), 0, 34, 69)), [2, 2], [2, 2], [0, 0], True, False,
+                                id="nan_ceil")],
     aten._adaptive_avg_pool2d.default: [C(T(X4()), [1, 1]), C(T(X4()), [3, 2], id="divisible")],
     # reduction.py
     aten.sum.dim_IntList: [C(T(X3()), [1]), C(T(X3()), [0, -1], True, id="keepdim"),

@@ -106,24 +106,68 @@ def _nonnegative(x) -> bool:
 
 
 def _check_avg_pool(node):
-    x = node.args[0].meta.get("val")
-    if x is None or x.dim() != 4:
+    x, out = node.args[0].meta.get("val"), node.meta.get("val")
+    if x is None or x.dim() != 4 or out is None:
         return "only 4-D (N, C, H, W) inputs"
-    if len(node.args) > 6 and node.args[6] is not None:
-        return "divisor_override"
-    ceil_mode = node.args[4] if len(node.args) > 4 else False
-    if ceil_mode:
-        return "ceil_mode average pooling (window clipping differs from ONNX)"
+    window = [v for a in node.args[1:4] if isinstance(a, (list, tuple)) for v in a]
+    if not all(isinstance(v, int) for v in window):
+        return "pooling window given by symbolic sizes"
+    if not _needs_divisor(node):
+        return None
+    if any(not isinstance(d, int) for d in (*x.shape[2:], *out.shape[2:])):
+        return "ceil_mode or divisor_override average pooling with symbolic spatial sizes"
+    if min(_end_pads(node)) < 0:
+        return "ceil_mode average pooling whose last window ends before the input (stride > kernel)"
     return None
+
+
+def _avg_args(node) -> list:
+    args = list(node.args) + [None] * (7 - len(node.args))
+    kernel = _pair(args[1])
+    return [args[0], kernel, _pair(args[2]) if args[2] else kernel, _pair(args[3]) if args[3] is not None else [0, 0],
+            bool(args[4]), True if args[5] is None else bool(args[5]), args[6]]
+
+
+def _needs_divisor(node) -> bool:
+    *_, ceil_mode, _include, divisor = _avg_args(node)
+    return ceil_mode or divisor is not None
+
+
+def _end_pads(node) -> list:
+    """Bottom and right padding that make a plain window sweep produce ATen's (ceil_mode) output size."""
+    x, kernel, stride, padding = _avg_args(node)[:4]
+    in_hw, out_hw = x.meta["val"].shape[2:], node.meta["val"].shape[2:]
+    return [(int(o) - 1) * s + k - int(i) - p for i, o, k, s, p in zip(in_hw, out_hw, kernel, stride, padding)]
 
 
 @lowering(aten.avg_pool2d.default, dtypes=FLOAT, check=_check_avg_pool)
 def lower_avg_pool2d(ctx, node):
-    args = list(node.args) + [None] * (7 - len(node.args))
-    x, kernel, stride, padding, ceil_mode, count_include_pad = args[:6]
-    include = True if count_include_pad is None else bool(count_include_pad)
-    return ctx.op("AveragePool", ctx.input(x), **_window(ctx, kernel, stride, padding),
+    x, kernel, stride, padding, _ceil, include, _divisor = _avg_args(node)
+    if _needs_divisor(node):  # ceil_mode or divisor_override: ONNX's windows differ from ATen's there
+        return _avg_pool_with_divisor(ctx, node)
+    return ctx.op("AveragePool", ctx.input(x), kernel_shape=kernel, strides=stride, pads=padding + padding,
                   count_include_pad=int(include))
+
+
+def _avg_pool_with_divisor(ctx, node):
+    """ATen's sum over each window divided by ATen's own divisor: the input zero-padded so that plain windows
+    reach ceil_mode's last one, averaged over the full window, times a constant per output position (the full
+    window's size over ATen's divisor, computed by ATen itself on ones of the input's spatial shape)."""
+    x, kernel, stride, padding, ceil_mode, include, divisor = _avg_args(node)
+    (h, w), (eh, ew), dtype = ctx.shape(x)[2:], _end_pads(node), ctx.dtype(x)
+    ones = torch.ones(1, 1, h, w, dtype=torch.float64)
+    aten_mean = torch.nn.functional.avg_pool2d(ones, kernel, stride, padding, ceil_mode, include, divisor)
+    full_mean = torch.nn.functional.avg_pool2d(  # the valid share of each full window
+        torch.nn.functional.pad(ones, [padding[1], ew, padding[0], eh]), kernel, stride)
+    factor = torch.where(full_mean > 0, aten_mean / full_mean.clamp_min(1e-300), torch.zeros(()))
+    xin = ctx.input(x)
+    if any((*padding, eh, ew)):
+        xin = ctx.op("Pad", xin, ctx.ints([0, 0, padding[0], padding[1], 0, 0, eh, ew]), ctx.const(0.0, dtype),
+                     mode="constant")
+    out = ctx.op("AveragePool", xin, kernel_shape=kernel, strides=stride)
+    if torch.equal(factor, torch.ones_like(factor)):
+        return out
+    return ctx.op("Mul", out, ctx.tensor_const(factor.to(dtype)))
 
 
 def _check_adaptive(node):
