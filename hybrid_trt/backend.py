@@ -28,6 +28,7 @@ from .report import CompileReport, InductorOp, PartitionReport, new_report
 from .engines.graph import GraphCache, graph_key, open_graph, source_hashes_in_background
 from .engines.runtime import PartitionRuntime, Policy, engine_store, prepare_runtime
 from .guards import record_baked_weights
+from .stitch import baked_weights as _baked_weights
 from .stitch import direct as _direct
 from .stitch.fallback import compile_stitched
 from .stitch.layout import keep_traced_strides, views_to_reshapes
@@ -57,6 +58,7 @@ def hybrid_trt_backend(gm: fx.GraphModule, example_inputs, options=None, mode=No
         with cudagraphs.compiling(opts):
             return compile_fx(gm, example_inputs)
     weights = {i: example_inputs[i] for i in weight_input_indices(example_inputs)}
+    original = _baked_weights.copy_graph(gm) if weights else None  # for calls with other weights
     store = engine_store(opts)
     policy = Policy(opts.strict, opts.max_engines_per_partition)
     runtimes: list = []  # held by the compiled function: the key registry holds weak references only
@@ -127,7 +129,7 @@ def hybrid_trt_backend(gm: fx.GraphModule, example_inputs, options=None, mode=No
                          time.perf_counter() - t0)
             served = _served_directly(graph, gm, weights, opts, report) if graph.complete else None
             if served is not None:
-                return served
+                return _checked(served, weights, original, report, opts)
             start_hashing()
             # The AOTAutograd cache keys the graph before partitioning, and the FX-graph cache the stitched graph:
             # the tag (in both keys) keeps plain-Inductor and hybrid entries apart and ties them to the stored
@@ -144,7 +146,15 @@ def hybrid_trt_backend(gm: fx.GraphModule, example_inputs, options=None, mode=No
         print(report.table())
     # (a warm start did not run inner_compile: the positions are AOTAutograd's order, as the cold compile checked)
     positions = compiled_weights or _graph_weights(_lifted_weights(gm), weights)
-    return _hold(_called_per_call(compiled, per_call, positions, runtimes, opts, report), runtimes)
+    called = _hold(_called_per_call(compiled, per_call, positions, runtimes, opts, report), runtimes)
+    return _checked(called, weights, original, report, opts) if runtimes else called
+
+
+def _checked(called, weights: dict, original, report: CompileReport, opts: Options):
+    """``called`` (which holds its runtimes), run only with the weights its engines baked; other weights get a
+    compile of their own (stitch/baked_weights.py)."""
+    return _baked_weights.checked(called, weights, original, report.graph_index,
+                                  lambda gm, args: hybrid_trt_backend(gm, args, opts))
 
 
 def _stored_direct(stored_per_call, opts: Options) -> bool:

@@ -1,0 +1,124 @@
+"""A call whose weights are not the ones baked into the engines never runs those engines.
+
+Dynamo compiles a frame once and serves every later call that passes the frame's guards. With nn modules inlined
+(torch's default), a module's parameters and buffers are graph inputs guarded by their metadata only, so the
+instances of one module class whose forward is a frame of its own share one compiled graph: repeated blocks with
+a graph break inside their forward (timm's sequencer2d: an LSTM in every block), or each block compiled on its own
+(``block.compile(...)``). Inductor reads the weights it is passed and is right for each; hybrid_trt bakes the
+weights of the instance it compiled into its engines, so another instance would get the first one's results.
+
+So the callable Dynamo's frame calls compares weights it is passed, by identity, with those baked: up to
+``CHECKED`` of them, spread over the graph's weight inputs (instances of a module class differ in every weight; all
+312 of EfficientNet-B0's took 13-24 us per call on the 2-core CPU, eight take well under one). A call with other
+weights (another instance) is served by a compile of the captured graph for those weights, made at their first
+call: hybrid_trt again (its engines found in the store when the weights' contents were built
+before), for up to ``MAX_WEIGHT_SETS`` sets of weights, then Inductor alone for any other. A freed tensor drops
+the compile made for it (its id could be reused by another tensor).
+"""
+from __future__ import annotations
+
+import operator
+import threading
+import weakref
+from typing import Callable, Mapping
+
+import torch
+import torch.fx as fx
+
+from ..log import logger
+
+
+def copy_graph(gm: fx.GraphModule) -> fx.GraphModule:
+    """A copy of Dynamo's graph sharing its attributes, taken before anything rewrites it (hybrid_trt's capture
+    passes and Inductor's pre-grad passes change ``gm`` in place)."""
+    graph = fx.Graph()
+    graph._codegen = gm.graph._codegen
+    out = graph.graph_copy(gm.graph, {})
+    graph.output(out)
+    return fx.GraphModule(gm, graph)
+
+
+MAX_WEIGHT_SETS = 16  # compiles with engines per captured graph; further weight sets run through Inductor alone
+CHECKED = 8  # weights compared per call
+
+
+def _spread(positions: list, n: int) -> list:
+    """At most ``n`` of ``positions``, evenly spaced, the first and the last included."""
+    if len(positions) <= n:
+        return positions
+    return sorted({positions[round(k * (len(positions) - 1) / (n - 1))] for k in range(n)})
+
+
+def checked(compiled: Callable, weights: Mapping[int, torch.Tensor], original: fx.GraphModule, graph_index: int,
+            compile_hybrid: Callable) -> Callable:
+    """``compiled`` (Dynamo's arguments in), run while the arguments at the positions of ``weights`` are those
+    tensors; with others, a compile of ``original`` (the captured graph) for them: ``compile_hybrid(gm, args)``,
+    or Inductor's."""
+    positions = _spread(sorted(weights), CHECKED)
+    if not positions:
+        return compiled
+    pick = operator.itemgetter(*positions)
+    ids = (lambda args: (id(pick(args)),)) if len(positions) == 1 else (lambda args: tuple(map(id, pick(args))))
+    expected = ids([weights.get(i) for i in range(positions[-1] + 1)])
+    others = _OtherWeights(original, positions, ids, graph_index, compile_hybrid)
+    stale = [False]
+    for i in positions:
+        weakref.finalize(weights[i], stale.__setitem__, 0, True)
+
+    def call(*args):
+        if not stale[0] and ids(args) == expected:
+            return compiled(*args)
+        return others(args)
+    return call
+
+
+class _OtherWeights:
+    """Compiles of the captured graph for other weights, by the ids of those weights, made at their first call
+    under a lock (two threads with new weights compile once)."""
+
+    def __init__(self, gm: fx.GraphModule, positions: list, ids: Callable, graph_index: int,
+                 compile_hybrid: Callable):
+        self.gm, self.positions, self.ids, self.graph_index = gm, positions, ids, graph_index
+        self.compile_hybrid = compile_hybrid
+        self.compiled: dict = {}  # ids of the weights -> callable
+        self.plain = None  # Inductor alone, past MAX_WEIGHT_SETS
+        self.lock = threading.Lock()
+
+    def __call__(self, args):
+        key = self.ids(args)
+        fn = self.compiled.get(key)
+        if fn is None:
+            with self.lock:
+                fn = self.compiled.get(key) or self._compile(key, list(args))
+        return fn(*args)
+
+    def _compile(self, key: tuple, args: list) -> Callable:
+        if len(self.compiled) >= MAX_WEIGHT_SETS:
+            if self.plain is None:
+                logger.warning("hybrid_trt: graph %d served %d sets of weights (module instances sharing one "
+                               "compiled frame); calls with any other run through Inductor alone", self.graph_index,
+                               MAX_WEIGHT_SETS)
+                self.plain = self._inductor(args)
+            return self.plain
+        logger.info("hybrid_trt: graph %d is called with weights other than those it was compiled with (another "
+                    "instance of a module whose forward Dynamo compiled as a frame of its own); compiling it for "
+                    "them", self.graph_index)
+        try:
+            fn = self.compile_hybrid(copy_graph(self.gm), args)
+        except Exception as e:  # noqa: BLE001 - Inductor alone serves them then
+            logger.warning("hybrid_trt: graph %d: compiling it for other weights failed (%s: %s); those calls run "
+                           "through Inductor alone", self.graph_index, type(e).__name__, e)
+            fn = self._inductor(args)
+        self.compiled[key] = fn
+        for i in self.positions:
+            weakref.finalize(args[i], self.compiled.pop, key, None)
+        return fn
+
+    def _inductor(self, args: list) -> Callable:
+        from torch._inductor.compile_fx import compile_fx
+        try:
+            return compile_fx(copy_graph(self.gm), args)
+        except Exception as e:  # noqa: BLE001 - the captured graph itself always runs
+            logger.warning("hybrid_trt: graph %d: Inductor could not compile it (%s: %s); those calls run the "
+                           "captured graph as it is", self.graph_index, type(e).__name__, e)
+            return self.gm
