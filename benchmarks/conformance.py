@@ -249,6 +249,11 @@ CASES: list[Case] = [
     _timm("mixer_s16_224", img_size=64),
     _timm("cait_xxs24_224", size=224),
     _timm("beit_base_patch16_224", img_size=64),
+    # the session-6 sweep: ResNet-D style ceil_mode average pooling (ResNeSt, NFNet) and a repeated block with a
+    # graph break inside its forward (Sequencer: an LSTM per block), whose instances share one compiled frame
+    _timm("resnest14d"),
+    _timm("nf_resnet26"),
+    _timm("sequencer2d_s"),
 ]
 CASES_BY_NAME = {c.name: c for c in CASES}
 
