@@ -306,7 +306,12 @@ SAMPLES: dict[Any, list[Case]] = {
                               C(T(X4()), [3, 3], [2, 2], [1, 1], False, True, 5, id="divisor_override"),
                               C(T(with_nan(rn(2, 3, 7, 5), 0, 34, 69)), [2, 2], [2, 2], [0, 0], True, False,
                                 id="nan_ceil")],
-    aten._adaptive_avg_pool2d.default: [C(T(X4()), [1, 1]), C(T(X4()), [3, 2], id="divisible")],
+    aten._adaptive_avg_pool2d.default: [C(T(X4()), [1, 1]), C(T(X4()), [3, 2], id="divisible"),
+                                        # overlapping windows (VGG's 7x7 head on small inputs), and upsampling
+                                        C(T(rn(2, 3, 10, 9)), [7, 7], id="not_divisible"),
+                                        C(T(rn(2, 3, 2, 3)), [7, 5], id="larger"),
+                                        C(T(X4()), [4, 1], id="one_axis"),
+                                        C(T(with_nan(rn(2, 3, 10, 9), 0, 45, 99, 300)), [7, 4], id="nan")],
     # reduction.py
     aten.sum.dim_IntList: [C(T(X3()), [1]), C(T(X3()), [0, -1], True, id="keepdim"),
                            C(T(ri(3, 4)), [1], id="int64")],

@@ -170,15 +170,17 @@ def _avg_pool_with_divisor(ctx, node):
     return ctx.op("Mul", out, ctx.tensor_const(factor.to(dtype)))
 
 
+_MAX_WINDOWS = 64  # adaptive pooling by windows: at most this many output rows + columns (one Slice each)
+
+
 def _check_adaptive(node):
     x = node.args[0].meta.get("val")
     if x is None or x.dim() != 4:
         return "only 4-D inputs"
-    out = node.args[1]
     h, w = int(x.shape[2]), int(x.shape[3])
-    oh, ow = (int(o) for o in out)
-    if (oh, ow) != (1, 1) and (h % oh or w % ow):
-        return "output size does not divide the input size"
+    oh, ow = (int(o) for o in node.args[1])
+    if (oh, ow) != (1, 1) and (h % oh or w % ow) and oh + ow > _MAX_WINDOWS:
+        return f"output size does not divide the input size, and over {_MAX_WINDOWS} output rows and columns"
     return None
 
 
@@ -189,5 +191,16 @@ def lower_adaptive_avg_pool2d(ctx, node):
     if (oh, ow) == (1, 1):
         return ctx.op("GlobalAveragePool", ctx.input(x))
     h, w = ctx.shape(x)[2:]
+    if h % oh or w % ow:
+        return _adaptive_by_windows(ctx, _adaptive_by_windows(ctx, ctx.input(x), 2, h, oh), 3, w, ow)
     kernel = [h // oh, w // ow]
     return ctx.op("AveragePool", ctx.input(x), kernel_shape=kernel, strides=kernel)
+
+
+def _adaptive_by_windows(ctx, x: str, axis: int, size: int, out: int) -> str:
+    """ATen's adaptive windows along ``axis`` (output i averages [floor(i*size/out), ceil((i+1)*size/out))), one
+    Slice and ReduceMean each, concatenated. The mean of row means is the window's mean; unlike an averaging matrix
+    (a MatMul), a NaN or inf reaches only the windows that hold it."""
+    means = [ctx.op("ReduceMean", ctx.op("Slice", x, ctx.ints([i * size // out]), ctx.ints([-(-(i + 1) * size // out)]),
+                                         ctx.ints([axis])), axes=[axis], keepdims=1) for i in range(out)]
+    return means[0] if out == 1 else ctx.op("Concat", *means, axis=axis)
