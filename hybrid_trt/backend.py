@@ -50,7 +50,13 @@ def hybrid_trt_backend(gm: fx.GraphModule, example_inputs, options=None, mode=No
     if unexpected:
         raise ValueError(f"hybrid_trt got unsupported torch.compile argument(s) {sorted(unexpected)}; pass "
                          "hybrid_trt settings through options={...}")
-    opts = make_options(cudagraphs.options_with_mode(options, mode))
+    return _compile(gm, example_inputs, make_options(cudagraphs.options_with_mode(options, mode)), True)
+
+
+def _compile(gm: fx.GraphModule, example_inputs, opts: Options, check_weights: bool):
+    """The backend with validated options. ``check_weights``: the callable checks that a call passes the weights
+    its engines baked (stitch/baked_weights.py); False for the compile that check makes for other weights, whose
+    own check (the ids it is looked up by) has already been made."""
     report = new_report()
     if needs_gradients(example_inputs):
         report.whole_graph_reason = "graph needs gradients (inputs require grad and grad mode is on)"
@@ -58,7 +64,7 @@ def hybrid_trt_backend(gm: fx.GraphModule, example_inputs, options=None, mode=No
         with cudagraphs.compiling(opts):
             return compile_fx(gm, example_inputs)
     weights = {i: example_inputs[i] for i in weight_input_indices(example_inputs)}
-    original = _baked_weights.copy_graph(gm) if weights else None  # for calls with other weights
+    original = _baked_weights.copy_graph(gm) if weights and check_weights else None  # for calls with other weights
     store = engine_store(opts)
     policy = Policy(opts.strict, opts.max_engines_per_partition)
     runtimes: list = []  # held by the compiled function: the key registry holds weak references only
@@ -129,7 +135,7 @@ def hybrid_trt_backend(gm: fx.GraphModule, example_inputs, options=None, mode=No
                          time.perf_counter() - t0)
             served = _served_directly(graph, gm, weights, opts, report) if graph.complete else None
             if served is not None:
-                return _checked(served, weights, original, report, opts)
+                return _checked(served, weights, original, report, opts) if original is not None else served
             start_hashing()
             # The AOTAutograd cache keys the graph before partitioning, and the FX-graph cache the stitched graph:
             # the tag (in both keys) keeps plain-Inductor and hybrid entries apart and ties them to the stored
@@ -147,14 +153,14 @@ def hybrid_trt_backend(gm: fx.GraphModule, example_inputs, options=None, mode=No
     # (a warm start did not run inner_compile: the positions are AOTAutograd's order, as the cold compile checked)
     positions = compiled_weights or _graph_weights(_lifted_weights(gm), weights)
     called = _hold(_called_per_call(compiled, per_call, positions, runtimes, opts, report), runtimes)
-    return _checked(called, weights, original, report, opts) if runtimes else called
+    return _checked(called, weights, original, report, opts) if runtimes and original is not None else called
 
 
 def _checked(called, weights: dict, original, report: CompileReport, opts: Options):
     """``called`` (which holds its runtimes), run only with the weights its engines baked; other weights get a
     compile of their own (stitch/baked_weights.py)."""
     return _baked_weights.checked(called, weights, original, report.graph_index,
-                                  lambda gm, args: hybrid_trt_backend(gm, args, opts))
+                                  lambda gm, args: _compile(gm, args, opts, check_weights=False))
 
 
 def _stored_direct(stored_per_call, opts: Options) -> bool:
