@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Device-call stages for the H200, session 7 (onnxruntime-gpu in /tmp/site from .chunk1-4). Logs under $OUT/s7,
+# returned as one tarball per stage.
+# Usage: scripts/gpu_session7.sh chunk K | conf [budget_min] | probe | tests
+set -uo pipefail
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 OUT=${OUT:-/tmp/out}
+export HYBRID_TRT_CACHE_DIR=/tmp/htrt-cache TORCHINDUCTOR_CACHE_DIR=/tmp/ind-cache
+L=$OUT/s7; mkdir -p $L
+case ${1:?stage} in
+  chunk)  # carry .chunkK; the fourth unpacks
+    k=${2:?K}; mkdir -p /tmp/whl
+    if [ "$k" = 1 ]; then cat .chunk1/part > /tmp/whl/site.tar.xz; else cat .chunk$k/part >> /tmp/whl/site.tar.xz; fi
+    ls -la /tmp/whl
+    if [ "$k" = 4 ]; then
+      mkdir -p /tmp/site && xz -dc /tmp/whl/site.tar.xz | tar xf - -C /tmp/site && echo unpacked
+      python3 -c "import onnxruntime as o; print(o.__version__, o.get_available_providers())"
+    fi
+    ;;
+  conf)  # conformance at default options, four lanes per dtype (the models whose GPU rows predate the NHWC
+         # rule, the pooling lowerings, the per-call weight check and the periodic synchronisation)
+    budget=${2:-8}
+    lanes=(
+      "tv_fcos_resnet50_fpn,tv_maskrcnn_resnet50_fpn,tv_retinanet_resnet50_fpn,tv_ssd300_vgg16,tv_fasterrcnn_mobilenet_v3_large_320_fpn,tv_keypointrcnn_resnet50_fpn"
+      "tv_resnet50,tv_mobilenet_v3_large,tv_efficientnet_b0,tv_convnext_tiny,tv_regnet_y_400mf,tv_densenet121,tv_googlenet,tv_inception_v3,tv_mnasnet0_5,tv_squeezenet1_1,tv_shufflenet_v2_x1_0"
+      "timm_resnest14d,timm_nf_resnet26,timm_sequencer2d_s,timm_resnet18,timm_convnext_atto,timm_efficientnet_b0,timm_regnetx_002,timm_mobilenetv4_conv_small,timm_ghostnet_050,timm_hrnet_w18_small,timm_dla34,timm_repvgg_a0,timm_rexnet_100"
+      "tv_deeplabv3_mobilenet_v3_large,tv_lraspp_mobilenet_v3_large,tv_fcn_resnet50,tv_r3d_18,tv_vit_b_16,tv_swin_t,timm_vit_tiny_patch16_224,timm_fastvit_t8,timm_efficientformer_l1,timm_mobilevit_xxs,timm_edgenext_xx_small,timm_pvt_v2_b0"
+    )
+    i=0
+    for dt in float16 float32; do
+      for g in "${lanes[@]}"; do
+        i=$((i+1))
+        (CONFORMANCE_LOG_DIR=$L/logs/$i timeout 580 python3 benchmarks/conformance.py --device cuda --dtype $dt \
+           --models "$g" --timeout 200 --latency-s 1 --budget-min $budget \
+           --note "H200; eight conformance lanes side by side (latency ratios within one process, GPU and 16 cores shared)" \
+           --out $L/conf_${dt}_$i.md > $L/conf_${dt}_$i.log 2>&1) &
+      done
+    done
+    wait
+    grep -hE "summary" $L/conf_*.md
+    grep -hE "^\| " $L/conf_*.md | grep -E "MISMATCH|FAILED|slow" | cut -c1-400
+    tar czf $OUT/s7_conf.tgz -C $OUT s7
+    ;;
+  probe)  # ONNX Runtime's end-of-run synchronisation: every run against one in 16 against never
+    timeout 260 python3 scripts/ort_sync_probe.py --models tv_fcos_resnet50_fpn,tv_maskrcnn_resnet50_fpn \
+      --dtype float16 > $L/probe.log 2>&1; echo "probe rc=$?"
+    grep -vE "^\s*$" $L/probe.log | grep -vE "Warning|warn\(" | tail -30
+    tar czf $OUT/s7_probe.tgz -C $OUT s7/probe.log
+    ;;
+  tests)  # CUDA tests: ordering (the periodic synchronisation), graphs, delegates, placement
+    timeout ${2:-300} python3 -m pytest -q -p no:cacheprovider tests/test_cuda_ordering.py tests/test_delegates.py \
+      tests/test_cuda_graphs.py tests/test_placement.py > $L/tests.log 2>&1
+    echo "tests rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed" $L/tests.log | tail -15
+    tar czf $OUT/s7_tests.tgz -C $OUT s7/tests.log
+    ;;
+esac
