@@ -40,7 +40,7 @@ case ${1:?stage} in
     grep -hE "^\| " $L/conf_*.md | grep -E "MISMATCH|FAILED|slow" | cut -c1-400
     tar czf $OUT/s7_conf.tgz -C $OUT s7
     ;;
-  probe)  # ONNX Runtime's end-of-run synchronisation: every run against one in 16 against never
+  probe)  # (at 3978965 only, where scripts/ort_sync_probe.py and OnnxRuntimeEngine.sync_every exist)
     timeout 260 python3 scripts/ort_sync_probe.py --models tv_fcos_resnet50_fpn,tv_maskrcnn_resnet50_fpn \
       --dtype float16 > $L/probe.log 2>&1; echo "probe rc=$?"
     grep -vE "^\s*$" $L/probe.log | grep -vE "Warning|warn\(" | tail -30

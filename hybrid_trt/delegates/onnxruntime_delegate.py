@@ -84,13 +84,7 @@ def _forward_ort_log(severity: int, category: str, logid: str, code_location: st
 
 class OnnxRuntimeEngine(Engine):
     __slots__ = ("_session", "_inputs", "_outputs", "_device", "_dev_type", "_dev_id", "_ort_outputs", "_cpu_call",
-                 "_run_options", "_stream", "_local", "serialized", "_empty", "_empty_ptr", "_cold", "_pending",
-                 "_unsynced")
-    # CUDA: ONNX Runtime's end-of-run synchronisation is a host sync; it is also where the provider releases the
-    # pinned staging buffers of kernels such as Concat, Resize or TopK, which pile up on the session's stream
-    # until a synchronised run releases them all. One run in ``sync_every`` keeps it, which bounds that pile;
-    # the others let the CPU run ahead of the GPU (a model of many graphs paid one stall per engine run).
-    sync_every = 16
+                 "_run_options", "_stream", "_local", "serialized", "_empty", "_empty_ptr", "_cold", "_captured")
 
     def __init__(self, session, output_metas: Sequence[torch.Tensor], device: torch.device,
                  stream: Optional["torch.cuda.Stream"] = None):
@@ -125,11 +119,11 @@ class OnnxRuntimeEngine(Engine):
         self._stream = stream
         self._local = threading.local()  # per-thread event pair: a shared pair could be re-recorded by another
         if stream is not None:           # thread between one thread's record and its wait
-            # Runs without ONNX Runtime's end-of-run synchronisation (see sync_every and _run_cuda).
+            # For runs a CUDA graph captures: ONNX Runtime's end-of-run synchronisation is a host sync, which a
+            # capture cannot contain. Only those runs skip it (see _run_cuda for why the others must not).
             self._run_options = _ort().RunOptions()
             self._run_options.add_run_config_entry("disable_synchronize_execution_providers", "1")
-        self._unsynced = 0     # runs since the last synchronised one
-        self._pending = None   # the input specs of the last run that skipped the synchronisation (see __del__)
+        self._captured = None  # the input specs of a run a CUDA graph captured, if any (see __del__)
         # CUDA: the first call runs the session twice. ONNX Runtime plans a session's memory pattern in its first
         # run and allocates that pattern in the second (cuDNN's frontend also settles its plans and workspace
         # then); a run that allocates cannot be captured in a CUDA graph (cudaMalloc invalidates a thread-local
@@ -138,18 +132,18 @@ class OnnxRuntimeEngine(Engine):
         self._cold = stream is not None
 
     def __del__(self):
-        # A run that skipped ONNX Runtime's end-of-run clean-up (one a CUDA graph captured, or one between two
-        # synchronised runs) left the pinned staging buffers of its kernels (which a graph's replays read) queued
-        # for release on the session's stream. Released with the session, they would be freed in a CUDA host
-        # callback holding the last reference to the provider's pinned arena, whose cudaFreeHost is not permitted
-        # there (error 800: the process aborts). One synchronised run releases them while the session is alive;
-        # nothing can replay a graph any more (it held this engine).
-        pending, stream = getattr(self, "_pending", None), getattr(self, "_stream", None)
-        if pending is None or stream is None:
+        # A run a CUDA graph captured skipped ONNX Runtime's end-of-run clean-up, so the pinned staging buffers its
+        # kernels used (which the graph's replays read) are still queued for release on the session's stream.
+        # Released with the session, they would be freed in a CUDA host callback holding the last reference to
+        # the provider's pinned arena, whose cudaFreeHost is not permitted there (error 800: the process aborts).
+        # One synchronised run releases them while the session is alive; nothing can replay the graph any more
+        # (it held this engine).
+        captured, stream = getattr(self, "_captured", None), getattr(self, "_stream", None)
+        if captured is None or stream is None:
             return
         try:
             binding = self._session.io_binding()
-            zeros = [torch.zeros(shape, dtype=dtype, device=self._device) for shape, dtype in pending]
+            zeros = [torch.zeros(shape, dtype=dtype, device=self._device) for shape, dtype in captured]
             for (name, _shape, np_dtype), t in zip(self._inputs, zeros):
                 binding.bind_input(name, self._dev_type, self._dev_id, np_dtype, t.shape,
                                    t.data_ptr() or self._empty_ptr)
@@ -204,8 +198,7 @@ class OnnxRuntimeEngine(Engine):
         whatever reuses those blocks later (on the caller's stream, the only one the caching allocator hands them
         to) comes after the run. Under capture: event record and stream waits only, no host synchronisation, the
         pattern ``torch.cuda.graph`` capture accepts (the session stream joins the capture through the fork
-        event); ``inputs``: the bound input tensors, whose specs a run that skips the synchronisation records (see
-        __del__)."""
+        event); ``inputs``: the bound input tensors, whose specs a captured run records (see __del__)."""
         events = getattr(self._local, "events", None)
         if events is None:
             events = self._local.events = (torch.cuda.Event(), torch.cuda.Event())
@@ -213,16 +206,16 @@ class OnnxRuntimeEngine(Engine):
         caller = torch.cuda.current_stream(self._device)
         fork.record(caller)
         self._stream.wait_event(fork)
-        # A run a CUDA graph captures cannot contain a host sync; otherwise one run in sync_every synchronises,
-        # which also releases the pinned buffers of the runs before it (see sync_every).
-        if torch.cuda.is_current_stream_capturing() or self._unsynced + 1 < self.sync_every:
-            self._unsynced += 1
-            if self._pending is None:  # any shape the engine accepts serves the clean-up run
-                self._pending = [(tuple(t.shape), t.dtype) for t in inputs]
+        # ONNX Runtime releases a run's pinned staging buffers (CPU-side inputs of Concat, Resize, TopK... kernels)
+        # only in its end-of-run synchronisation. A run without it leaves them queued until the session is
+        # released: pinned memory grows with every call, and the release then aborts the process (see __del__).
+        # So only a run that a CUDA graph captures, where a host sync is impossible, skips it; every other run
+        # ends with a host sync on the session's stream.
+        if torch.cuda.is_current_stream_capturing():
+            self._captured = [(tuple(t.shape), t.dtype) for t in inputs]
             self._session.run_with_iobinding(binding, self._run_options)
         else:
             self._session.run_with_iobinding(binding)
-            self._unsynced, self._pending = 0, None
         join.record(self._stream)
         caller.wait_event(join)
 
