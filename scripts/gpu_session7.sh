@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Device-call stages for the H200, session 7 (onnxruntime-gpu in /tmp/site from .chunk1-4). Logs under $OUT/s7,
 # returned as one tarball per stage.
-# Usage: scripts/gpu_session7.sh chunk K | conf [budget_min] | probe | tests
+# Usage: scripts/gpu_session7.sh chunk K | conf [budget_min] | probe | profile [timeout model] | tests
 set -uo pipefail
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 OUT=${OUT:-/tmp/out}
 export HYBRID_TRT_CACHE_DIR=/tmp/htrt-cache TORCHINDUCTOR_CACHE_DIR=/tmp/ind-cache
@@ -45,6 +45,11 @@ case ${1:?stage} in
       --dtype float16 > $L/probe.log 2>&1; echo "probe rc=$?"
     grep -vE "^\s*$" $L/probe.log | grep -vE "Warning|warn\(" | tail -30
     tar czf $OUT/s7_probe.tgz -C $OUT s7/probe.log
+    ;;
+  profile)  # where FCOS fp16's time goes: hybrid_trt (measured and delegate placement) against Inductor
+    timeout ${2:-300} python3 scripts/profile_detector_gpu.py --model ${3:-tv_fcos_resnet50_fpn} > $L/profile.log 2>&1
+    echo "profile rc=$?"; grep -E "^== |compiled in" $L/profile.log
+    tar czf $OUT/s7_profile.tgz -C $OUT s7/profile.log
     ;;
   tests)  # CUDA tests: ordering (the periodic synchronisation), graphs, delegates, placement
     timeout ${2:-300} python3 -m pytest -q -p no:cacheprovider tests/test_cuda_ordering.py tests/test_delegates.py \
