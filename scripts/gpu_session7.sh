@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Device-call stages for the H200, session 7 (onnxruntime-gpu in /tmp/site from .chunk1-4). Logs under $OUT/s7,
 # returned as one tarball per stage.
-# Usage: scripts/gpu_session7.sh chunk K | conf [budget_min] | probe | profile [timeout model] | tests
+# Usage: scripts/gpu_session7.sh chunk K | conf [budget_min] | probe | profile [timeout model] | tf32 | tests
 set -uo pipefail
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 OUT=${OUT:-/tmp/out}
 export HYBRID_TRT_CACHE_DIR=/tmp/htrt-cache TORCHINDUCTOR_CACHE_DIR=/tmp/ind-cache
@@ -50,6 +50,11 @@ case ${1:?stage} in
     timeout ${2:-300} python3 scripts/profile_detector_gpu.py --model ${3:-tv_fcos_resnet50_fpn} > $L/profile.log 2>&1
     echo "profile rc=$?"; grep -E "^== |compiled in" $L/profile.log
     tar czf $OUT/s7_profile.tgz -C $OUT s7/profile.log
+    ;;
+  tf32)  # eager, Inductor and hybrid_trt against float64 (the nf_resnet26 fp32 row of this session's conf)
+    timeout 200 python3 scripts/tf32_reference_check.py > $L/tf32.log 2>&1; echo "tf32 rc=$?"
+    grep -E "allow_tf32" $L/tf32.log
+    tar czf $OUT/s7_tf32.tgz -C $OUT s7/tf32.log
     ;;
   tests)  # CUDA tests: ordering (the periodic synchronisation), graphs, delegates, placement
     timeout ${2:-300} python3 -m pytest -q -p no:cacheprovider tests/test_cuda_ordering.py tests/test_delegates.py \
