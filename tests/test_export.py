@@ -235,6 +235,40 @@ def test_lidar_round_trip_with_data_dependent_sparse_ops(fresh_process, packages
     assert any(op.startswith("hybrid_trt.sparse_") for op in left)  # extern calls in the AOTInductor graph
 
 
+def test_package_records_its_custom_ops_and_load_says_which_module_to_import(packages):
+    """The detector's graph calls the user's ``export_test::shuffle``: the manifest records it with the module
+    that defines it, and a process that loads the package without importing that module gets a PackageError
+    naming the op and the module (AOTInductor's own error said "Could not find schema", and the advice was to
+    export again). The lidar package's sparse plugin ops are hybrid_trt's own: load imports their module."""
+    ops = pkg.open_package(packages["detector"]).manifest["custom_ops"]
+    assert {"op": "export_test::shuffle", "module": "export_models"} in ops, ops
+    assert {"op": "hybrid_trt::delegate", "module": "hybrid_trt.engines.op"} in ops, ops
+    sparse = [op for op in pkg.open_package(packages["lidar"]).manifest["custom_ops"]
+              if op["op"].startswith("hybrid_trt::sparse_")]
+    assert sparse and all(op["module"].startswith("hybrid_trt.plugins.sparse") for op in sparse), sparse
+    code = r"""
+import sys, torch, hybrid_trt
+from hybrid_trt.export.package import PackageError
+try:
+    hybrid_trt.load(sys.argv[1])
+    print("LOADED")
+except PackageError as e:
+    print("ERROR", e.exit_code, e)
+hybrid_trt.load(sys.argv[2])  # imports the sparse plugin itself
+print("LIDAR", "hybrid_trt.plugins.sparse" in sys.modules)
+"""
+    done = _run(["-c", code, str(packages["detector"]), str(packages["lidar"])])
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "ERROR 6 " in done.stdout and "export_test::shuffle (defined in module export_models)" in done.stdout \
+        and "import export_models" in done.stdout, done.stdout
+    assert "LIDAR True" in done.stdout, done.stdout
+    refused = _run(["-m", "hybrid_trt.export.cli", "verify", str(packages["detector"])])
+    assert refused.returncode == 6 and "FAIL  environment" in refused.stdout and "--import" in refused.stdout, \
+        refused.stdout
+    imported = _run(["-m", "hybrid_trt.export.cli", "verify", str(packages["detector"]), "--import", "export_models"])
+    assert imported.returncode == 0 and "all checks passed" in imported.stdout, imported.stdout + imported.stderr[-2000:]
+
+
 def test_static_package_refuses_an_unlisted_shape(packages):
     loaded = hybrid_trt.load(packages["resnet18"])
     with pytest.raises(LookupError, match=r"partition 0 \(onnxruntime\) has engines for \['1x3x32x32'\]"):

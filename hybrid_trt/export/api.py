@@ -30,6 +30,7 @@ import torch.utils._pytree as pytree
 from ..engines import ranges as _ranges
 from ..engines.op import run_surfacing_failures
 from ..log import logger
+from . import custom_ops
 from . import package as pkg
 from .package import PackageError
 
@@ -127,6 +128,7 @@ def export(model: torch.nn.Module, example_inputs, *, dynamic_shapes=None, shape
         partitions = _partition_table(report, runtimes, store_root, staging)
         manifest = _manifest(capture, cases, names, opts, report, partitions, references, runtimes, rtol, atol,
                              time.perf_counter() - t_start)
+        manifest["custom_ops"] = custom_ops.used(program.graph_module.graph)
         _prune_store(store_root, partitions)
         manifest["files"] = pkg.file_table(staging)
         pkg.write_manifest(staging, manifest)
@@ -581,6 +583,9 @@ def load(path, *, device=None) -> DeployedModel:
                                        f"({type(e).__name__}: {e}). Export the package again on a machine like "
                                        "this one.", "environment") from e
         runtimes.append(runtime)
+    absent = custom_ops.missing(manifest.get("custom_ops", []))
+    if absent:
+        raise PackageError(f"hybrid_trt package {package.source}: {pkg.missing_ops_text(absent)}", "environment")
     try:
         aoti = _load_aoti(package.aoti_path, device.index if device.type == "cuda" and device.index is not None
                           else -1)

@@ -87,6 +87,7 @@ def _parser() -> argparse.ArgumentParser:
                        "5 checksum mismatch, 6 version/architecture mismatch, 7 reference outputs).")
     p.add_argument("path", metavar="PATH", help="package directory or .zip/.tar file")
     p.add_argument("--json", action="store_true", help="print the verdicts as JSON")
+    _import_argument(p)
     p.set_defaults(run=_verify)
 
     p = sub.add_parser("bench", help="latency of a package (and of eager PyTorch) on its reference inputs",
@@ -97,8 +98,15 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--iters", type=int, default=50, help="timed calls per input shape (default 50)")
     p.add_argument("--warmup", type=int, default=5, help="untimed calls first (default 5)")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
+    _import_argument(p)
     p.set_defaults(run=_bench)
     return parser
+
+
+def _import_argument(p) -> None:
+    p.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
+                   help="import MODULE (or a .py file) first: the library that defines custom ops the package "
+                   "calls (the manifest's custom_ops; 'inspect' lists them); repeatable")
 
 
 # ---------------------------------------------------------------------------------------------- export
@@ -206,10 +214,9 @@ def parse_options(items: list[str]) -> dict:
     return out
 
 
-def load_factory(spec: str):
-    module_name, sep, attr = spec.rpartition(":")
-    if not sep or not module_name or not attr:
-        raise UsageError(f"{spec!r}: expected MODULE:FACTORY, e.g. examples.models:resnet18_example")
+def import_user_module(module_name: str):
+    """A module by name (the current directory first on the path), or a .py file by path (registered under its
+    file name's stem). Raises UsageError."""
     if str(pathlib.Path.cwd()) not in sys.path:
         sys.path.insert(0, str(pathlib.Path.cwd()))
     try:
@@ -221,10 +228,17 @@ def load_factory(spec: str):
             module = importlib.util.module_from_spec(loader)
             sys.modules[path.stem] = module
             loader.loader.exec_module(module)
-        else:
-            module = importlib.import_module(module_name)
+            return module
+        return importlib.import_module(module_name)
     except ImportError as e:
         raise UsageError(f"cannot import {module_name!r}: {e}") from None
+
+
+def load_factory(spec: str):
+    module_name, sep, attr = spec.rpartition(":")
+    if not sep or not module_name or not attr:
+        raise UsageError(f"{spec!r}: expected MODULE:FACTORY, e.g. examples.models:resnet18_example")
+    module = import_user_module(module_name)
     factory = getattr(module, attr, None)
     if not callable(factory):
         raise UsageError(f"{module_name} has no function {attr!r}")
@@ -295,6 +309,10 @@ def _inspect(args) -> int:
     total = sum(f["size"] for f in files.values())
     aoti = files.get("model.pt2", {}).get("size", 0)
     print(f"files: {len(files)}, {_bytes(total)} (AOTInductor package {_bytes(aoti)})")
+    ops = [op for op in m.get("custom_ops", []) if not op["module"] or not op["module"].startswith("hybrid_trt.")]
+    if ops:  # hybrid_trt's own ops are registered by importing it (load imports its plugins itself)
+        print("custom ops (import their modules before loading): " + ", ".join(
+            f"{op['op']} ({op['module'] or 'module unknown'})" for op in ops))
     options = {k: v for k, v in m.get("options", {}).items() if v not in (None, [], False)}
     print("options: " + ", ".join(f"{k}={v}" for k, v in options.items()))
     if m.get("report_text"):
@@ -365,6 +383,8 @@ def _check_reference(package):
 
 
 def _verify(args) -> int:
+    for module in args.imports:
+        import_user_module(module)
     checks = verify(args.path)
     code = next((c.exit_code for c in checks if c.passed is False), 0)
     if args.json:
@@ -388,6 +408,8 @@ def _bench(args) -> int:
     from .package import PackageError
     if args.iters < 1 or args.warmup < 0:
         raise UsageError("--iters must be >= 1 and --warmup >= 0")
+    for module in args.imports:
+        import_user_module(module)
     try:
         model = load(args.path)
     except PackageError as e:

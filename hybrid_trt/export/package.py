@@ -314,9 +314,22 @@ def _differences(label: str, package: dict, here: dict) -> list[str]:
             for field in sorted(set(package) | set(here)) if package.get(field) != here.get(field)]
 
 
+def missing_ops_text(absent: list[dict]) -> str:
+    """What to do about custom ops a package calls that this process has not registered (custom_ops.missing)."""
+    ops = "; ".join(f"{op['op']} (defined in module {op['module']})" if op["module"] else op["op"] for op in absent)
+    modules = sorted({op["module"] for op in absent if op["module"]})
+    how = (f"import {', '.join(modules)} before loading it (hybrid-trt verify/bench: --import MODULE)" if modules
+           else "import the library that defines them before loading it")
+    return f"its compiled graph calls custom ops this process has not registered: {ops}. {how}"
+
+
 def check_environment(package: Package) -> Check:
     from ..engines.key import environment
+    from .custom_ops import missing
     m = package.manifest
+    absent = missing(m.get("custom_ops", []))
+    if absent:
+        return Check("environment", False, missing_ops_text(absent))
     try:
         device = m.get("device", "cpu")
         diffs = _differences("", m.get("versions", {}), current_versions(m["environment"], device))
