@@ -75,6 +75,11 @@ def rb(*shape, seed=0):
     return torch.rand(*shape, generator=g(seed)) > 0.5
 
 
+def _with_nan(t, index):
+    t[index] = float("nan")
+    return t
+
+
 def pos(*shape, seed=0):
     return torch.rand(*shape, generator=g(seed)) + 0.5
 
@@ -272,7 +277,15 @@ SAMPLES: dict[Any, list[Case]] = {
           False, None, False, rtol=1e-4, atol=1e-4, id="additive_mask"),
         C(T(rn(1, 2, 3, 4)), T(rn(1, 2, 3, 4, seed=1)), T(rn(1, 2, 3, 4, seed=2)),
           T(torch.tensor([[True, False, True], [False, False, False], [True, True, True]])), False, None, False,
-          rtol=1e-4, atol=1e-4, id="fully_masked_row")],
+          rtol=1e-4, atol=1e-4, id="fully_masked_row"),
+        # A NaN in a key reaches every row that attends to it, as in eager, also with a mask that hides a row
+        # entirely (that row alone is zeros): only fully hidden rows are zeroed, not every NaN weight.
+        C(T(rn(1, 2, 3, 4)), T(_with_nan(rn(1, 2, 3, 4, seed=1), (0, 0, 1, 2))), T(rn(1, 2, 3, 4, seed=2)),
+          T(torch.tensor([[True, True, False], [False, False, False], [True, False, True]])), False, None, False,
+          rtol=1e-4, atol=1e-4, id="nan_key_bool_mask"),
+        C(T(rn(1, 2, 3, 4)), T(_with_nan(rn(1, 2, 3, 4, seed=1), (0, 1, 0, 0))), T(rn(1, 2, 3, 4, seed=2)),
+          T(torch.tensor([[0.0, -1.0, float("-inf")], [float("-inf")] * 3, [0.5, 0.0, 0.0]])), False, None, False,
+          rtol=1e-4, atol=1e-4, id="nan_key_additive_mask")],
     # normalization.py
     aten._native_batch_norm_legit_no_training.default: [
         C(T(X4()), W(rn(3, seed=1)), W(rn(3, seed=2)), W(rn(3, seed=3) * 0.1), W(pos(3, seed=4)), 0.1, 1e-5,

@@ -41,12 +41,15 @@ def lower_attention(ctx, node):
         keep = torch.ones(q_shape[-2], k_shape[-2], dtype=torch.bool).tril()
         scores = ctx.op("Where", ctx.tensor_const(keep), scores, ctx.const(float("-inf"), dtype))
     if attn_mask is not None:
-        if ctx.dtype(attn_mask) == torch.bool:
-            scores = ctx.op("Where", ctx.input(attn_mask), scores, ctx.const(float("-inf"), dtype))
-        else:
-            scores = ctx.op("Add", scores, ctx.input(attn_mask))
+        mask = ctx.input(attn_mask)
+        if ctx.dtype(attn_mask) == torch.bool:  # added as 0 / -inf, as PyTorch converts it: a NaN score stays NaN
+            mask = ctx.op("Where", mask, ctx.const(0.0, dtype), ctx.const(float("-inf"), dtype))
+        scores = ctx.op("Add", scores, mask)
     weights = ctx.op("Softmax", scores, axis=-1)
     if attn_mask is not None:
-        # A row the mask hides entirely is all -inf, whose Softmax is NaN; PyTorch gives zeros there.
-        weights = ctx.op("Where", ctx.op("IsNaN", weights), ctx.const(0.0, dtype), weights)
+        # A row the mask hides entirely is all -inf, whose Softmax is NaN; PyTorch gives zeros there. Only such
+        # rows: a NaN that comes from the data stays NaN, as in eager.
+        hidden = ctx.op("ReduceMin", ctx.cast(ctx.op("IsInf", scores, detect_positive=0), dtype), axes=[-1],
+                        keepdims=1)
+        weights = ctx.op("Where", ctx.op("Greater", hidden, ctx.const(0.0, dtype)), ctx.const(0.0, dtype), weights)
     return ctx.op("MatMul", weights, ctx.input(value))
