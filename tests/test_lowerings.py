@@ -1022,3 +1022,13 @@ def test_single_element_constants_take_the_rank_of_a_last_dim_1_operand():
     (got,) = _run_onnx(model, [inp])
     want = torch.nn.functional.gelu(torch.relu(inp * 2.0 / 15.0 - 1.0)) < 0.5
     assert torch.equal(torch.as_tensor(got), want)
+
+
+def test_negation_of_unsigned_integers_is_declined_at_compile_time():
+    """ONNX's Neg has no unsigned types: a uint8 negation (wrapping, as a camera model's -img) was accepted and
+    failed the whole partition's build; it is declined with its reason and the rest stays delegated."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    gm = make_fx(lambda a, b: (-a, -b))(torch.zeros(2, 3, dtype=torch.uint8), torch.zeros(2, 3, dtype=torch.int8))
+    negs = [n for n in gm.graph.nodes if n.target is aten.neg.default]
+    reasons = [_LOWERINGS[aten.neg.default].unsupported_reason(n) for n in negs]
+    assert "uint8" in (reasons[0] or "") and reasons[1] is None, reasons

@@ -15,6 +15,7 @@ FLOAT = frozenset({torch.float32, torch.float16, torch.bfloat16, torch.float64})
 INT = frozenset({torch.int64, torch.int32, torch.int8, torch.uint8, torch.int16})
 BOOL = frozenset({torch.bool})
 NUMERIC = FLOAT | INT
+SIGNED = NUMERIC - {torch.uint8}  # ONNX ops without unsigned types (Neg)
 ANY = NUMERIC | BOOL
 
 # ONNX-consuming delegates share the standard ONNX domain; custom-domain ops (plugins) name the delegates that

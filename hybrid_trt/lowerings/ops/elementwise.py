@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 from torch.fx import Node
 
-from ..registry import ANY, BOOL, FLOAT, NUMERIC, lowering
+from ..registry import ANY, BOOL, FLOAT, NUMERIC, SIGNED, lowering
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -213,7 +213,7 @@ def _unary(op_type: str, *targets, dtypes=FLOAT):
     return lowering(*targets, dtypes=dtypes)(lower)
 
 
-_unary("Neg", aten.neg.default, dtypes=NUMERIC)
+_unary("Neg", aten.neg.default, dtypes=SIGNED)
 _unary("Abs", aten.abs.default, dtypes=NUMERIC)
 _unary("Sign", aten.sign.default, dtypes=NUMERIC)
 _unary("Exp", aten.exp.default)
