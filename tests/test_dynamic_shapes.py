@@ -172,3 +172,34 @@ def test_bool_mask_cumsum_delegates_with_symbolic_sizes():
     report = hybrid_trt.last_report()
     assert not report.inductor_ops and len(report.partitions) == 1, report.table()
     assert report.partitions[0].ops.get("aten.cumsum.default") == 2, report.table()
+
+
+class _ScaledResize(torch.nn.Module):
+    """At dynamic=True, interpolate's nearest-exact with a size and a recomputed scale factor compute floats from
+    the symbolic sizes (SymFloat): an engine takes sizes as integers, and its partition (the convolution too)
+    failed its build and fell back whole."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(8, 4, 1)
+
+    def forward(self, x):
+        y = self.conv(x)
+        return (torch.nn.functional.interpolate(y, size=(11, 5), mode="nearest-exact") * 2,
+                torch.nn.functional.interpolate(y, scale_factor=1.7, mode="bilinear",
+                                                recompute_scale_factor=True).relu())
+
+
+def test_ops_reading_floats_of_symbolic_sizes_stay_with_inductor_and_the_rest_delegates():
+    torch._dynamo.reset()
+    model = _ScaledResize().eval()
+    fast = torch.compile(model, backend="hybrid_trt", dynamic=True, options={"min_block_size": 1, "strict": True})
+    with torch.no_grad():
+        for shape in ((2, 8, 7, 9), (3, 8, 10, 6)):
+            x = torch.randn(shape)
+            for got, want in zip(fast(x), model(x)):
+                torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    report = hybrid_trt.last_report()
+    delegated = {op for p in report.partitions if p.status == "delegated" for op in p.ops}
+    assert "aten.convolution.default" in delegated, report.table()
+    assert any(r.reason == "reads a float computed from symbolic sizes" for r in report.inductor_ops), report.table()

@@ -49,6 +49,10 @@ def unsupported_reason(node: fx.Node, delegate, forced_to_inductor: frozenset) -
         # Sizes that depend on data (e.g. active voxels) change every call: an engine per shape would be rebuilt
         # every frame, so such ops stay with Inductor, which handles them symbolically.
         return "data-dependent (unbacked) size"
+    if any(isinstance(i.meta.get("val"), torch.SymFloat) for i in node.all_input_nodes):
+        # A float computed from symbolic sizes (interpolate's scale at dynamic shapes): an engine takes sizes as
+        # integers, so the op stays with Inductor instead of failing its partition's build.
+        return "reads a float computed from symbolic sizes"
     for v in (val if isinstance(val, (tuple, list)) else (val,)):
         if isinstance(v, torch.Tensor) and v.device.type not in delegate.device_types:
             return f"{delegate.name}: device {v.device.type} not supported"
