@@ -102,3 +102,55 @@ def test_at_most_a_few_weights_are_compared_per_call():
     picked = baked_weights._spread(list(range(1, 313)), baked_weights.CHECKED)
     assert len(picked) == baked_weights.CHECKED and picked[0] == 1 and picked[-1] == 312
     assert baked_weights._spread([4, 5], 8) == [4, 5]
+
+
+class _Projector(nn.Module):
+    """A camera model: intrinsics in a buffer the caller updates in place between frames (``K.copy_(...)``), and
+    a batch-normed head whose statistics are weights."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("K", torch.tensor([[10.0, 0, 8], [0, 10.0, 6], [0, 0, 1]]))
+        self.lin = nn.Linear(2, 8)
+        self.bn = nn.BatchNorm1d(8)
+
+    def forward(self, pts):
+        uvw = pts @ self.K.T
+        return self.bn(self.lin(uvw[:, :2] / uvw[:, 2:3]))
+
+
+def test_a_buffer_changed_in_place_between_calls_is_read_as_eager_reads_it(hybrid_logs):
+    """The intrinsics went into the engine at compile time; after the caller changes them in place, the graph
+    runs through Inductor alone (which reads them at every call) with one warning, never with the old values.
+    Batch-norm statistics and parameters are weights: not watched."""
+    torch.manual_seed(0)
+    model = _Projector().eval()
+    with torch.no_grad():
+        model.bn.running_mean.uniform_(-1, 1)
+    fast = torch.compile(model, backend="hybrid_trt", options={"min_block_size": 1})
+    pts = torch.randn(5, 3) + torch.tensor([0.0, 0.0, 8.0])
+    with torch.no_grad():
+        for frame in range(4):
+            if frame:
+                model.K.copy_(torch.tensor([[10.0 + 5 * frame, 0, 8], [0, 10.0, 6], [0, 0, 1]]))
+            assert_close(fast(pts), model(pts), rtol=1e-5, atol=1e-5, what=f"frame {frame}")
+    assert any(p.status == "delegated" for p in hybrid_trt.last_report().partitions), hybrid_trt.last_report().table()
+    changed = [r for r in hybrid_logs.records if "changed in place" in r.getMessage()]
+    assert len(changed) == 1, [r.getMessage() for r in hybrid_logs.records]
+
+
+def test_only_buffers_other_than_batch_norm_statistics_are_watched():
+    graphs = []
+
+    def capture(gm, example_inputs):
+        graphs.append((gm, example_inputs))
+        return gm.forward
+    torch._dynamo.reset()
+    model = _Projector().eval()
+    with torch.no_grad():
+        torch.compile(model, backend=capture)(torch.randn(5, 3))
+    (gm, example_inputs), = graphs
+    from hybrid_trt.capture import weight_input_indices
+    weights = {i: example_inputs[i] for i in weight_input_indices(example_inputs)}
+    state = [example_inputs[i] for i in baked_weights.state_buffers(gm, weights)]
+    assert len(state) == 1 and state[0] is model.K, [tuple(t.shape) for t in state]

@@ -50,11 +50,32 @@ def _spread(positions: list, n: int) -> list:
     return sorted({positions[round(k * (len(positions) - 1) / (n - 1))] for k in range(n)})
 
 
+def state_buffers(original: fx.GraphModule, weights: Mapping[int, torch.Tensor]) -> list:
+    """Positions of the baked weights that are model state rather than weights: buffers that something other
+    than batch norm reads (a camera's intrinsics, anchors, a calibration a caller updates in place between
+    frames). Parameters and batch-norm statistics are weights, changed only by loading new ones (see the README
+    on changing weights); state is watched per call (``checked``), few as such buffers are."""
+    placeholders = [n for n in original.graph.nodes if n.op == "placeholder"]
+    out = []
+    for i, t in weights.items():
+        if isinstance(t, torch.nn.Parameter) or i >= len(placeholders):
+            continue
+        users = placeholders[i].users
+        if not all(u.target in _BATCH_NORM and any(u.args[k] is placeholders[i] for k in (1, 2) if k < len(u.args))
+                   for u in users):
+            out.append(i)
+    return sorted(out)
+
+
+_BATCH_NORM = (torch.nn.functional.batch_norm, torch.batch_norm)
+
+
 def checked(compiled: Callable, weights: Mapping[int, torch.Tensor], original: fx.GraphModule, graph_index: int,
             compile_hybrid: Callable) -> Callable:
     """``compiled`` (Dynamo's arguments in), run while the arguments at the positions of ``weights`` are those
     tensors; with others, a compile of ``original`` (the captured graph) for them: ``compile_hybrid(gm, args)``,
-    or Inductor's."""
+    or Inductor's. Once a state buffer (``state_buffers``) that went into engines is changed in place, every call
+    runs through Inductor alone, which reads it at each call."""
     positions = _spread(sorted(weights), CHECKED)
     if not positions:
         return compiled
@@ -65,12 +86,31 @@ def checked(compiled: Callable, weights: Mapping[int, torch.Tensor], original: f
     stale = [False]
     for i in positions:
         weakref.finalize(weights[i], stale.__setitem__, 0, True)
+    state = state_buffers(original, weights)
+    if not state:
+        def call(*args):
+            if not stale[0] and ids(args) == expected:
+                return compiled(*args)
+            return others(args)
+        return call
+    versions = [weights[i]._version for i in state]
+    plain: list = []  # Inductor alone, once a state buffer changed
 
-    def call(*args):
+    def call_watching_state(*args):
+        if plain:
+            return plain[0](*args)
         if not stale[0] and ids(args) == expected:
-            return compiled(*args)
+            if [args[i]._version for i in state] == versions:
+                return compiled(*args)
+            with others.lock:
+                if not plain:
+                    logger.warning("hybrid_trt: graph %d: a buffer baked into its engines was changed in place "
+                                   "(e.g. copy_ of new camera parameters); from now on this graph runs through "
+                                   "Inductor alone, which reads it at every call", graph_index)
+                    plain.append(others._inductor(list(args)))
+            return plain[0](*args)
         return others(args)
-    return call
+    return call_watching_state
 
 
 class _OtherWeights:
