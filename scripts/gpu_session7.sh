@@ -7,14 +7,8 @@ export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 OUT=${OUT:-/tmp/out}
 export HYBRID_TRT_CACHE_DIR=/tmp/htrt-cache TORCHINDUCTOR_CACHE_DIR=/tmp/ind-cache
 L=$OUT/s7; mkdir -p $L
 case ${1:?stage} in
-  chunk)  # carry .chunkK; the fourth unpacks
-    k=${2:?K}; mkdir -p /tmp/whl
-    if [ "$k" = 1 ]; then cat .chunk1/part > /tmp/whl/site.tar.xz; else cat .chunk$k/part >> /tmp/whl/site.tar.xz; fi
-    ls -la /tmp/whl
-    if [ "$k" = 4 ]; then
-      mkdir -p /tmp/site && xz -dc /tmp/whl/site.tar.xz | tar xf - -C /tmp/site && echo unpacked
-      python3 -c "import onnxruntime as o; print(o.__version__, o.get_available_providers())"
-    fi
+  chunk)  # carry .chunkK; the fourth unpacks (session 6's stage)
+    bash scripts/gpu_session6.sh chunk "${2:?K}"
     ;;
   conf)  # conformance at default options, four lanes per dtype (the models whose GPU rows predate the NHWC
          # rule, the pooling lowerings, the per-call weight check and the periodic synchronisation)

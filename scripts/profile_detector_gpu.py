@@ -18,6 +18,19 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 
+def _wall_ms(fn, inputs, rounds: int) -> list:
+    """Wall time per call (ms), synchronised before and after each."""
+    import torch
+    times = []
+    for _ in range(rounds):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn(*inputs)
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return times
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="tv_fcos_resnet50_fpn")
@@ -54,13 +67,7 @@ def main() -> None:
             reports[name] = hybrid_trt.reports()[before:]
             # Dynamo's cache is per code object: a reset would drop the compiled frames of the earlier variants,
             # so each variant is timed and profiled right after its compile, then kept by reference only.
-            times = []
-            for _ in range(args.rounds):
-                torch.cuda.synchronize()
-                t0 = time.perf_counter()
-                fn(*inputs)
-                torch.cuda.synchronize()
-                times.append((time.perf_counter() - t0) * 1e3)
+            times = _wall_ms(fn, inputs, args.rounds)
             print(f"== {name}: median {statistics.median(times):.3f} ms per call (min {min(times):.3f})", flush=True)
             with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
                 for _ in range(3):
@@ -72,13 +79,7 @@ def main() -> None:
                   flush=True)
             for r in reports.get(name, []):
                 print(r.table(), flush=True)
-        times = []
-        for _ in range(args.rounds):
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            model(*inputs)
-            torch.cuda.synchronize()
-            times.append((time.perf_counter() - t0) * 1e3)
+        times = _wall_ms(model, inputs, args.rounds)
         print(f"== eager: median {statistics.median(times):.3f} ms per call", flush=True)
 
 
