@@ -1,5 +1,5 @@
-"""Where a many-graph model's time goes on CUDA: hybrid_trt (default options, and every partition kept on
-Inductor by ``force_inductor_ops``-free ``placement`` variants) against plain Inductor, by torch.profiler.
+"""Where a many-graph model's time goes on CUDA: hybrid_trt (default options, i.e. measured placement on a GPU,
+and ``placement="delegate"``) against plain Inductor and eager, by torch.profiler.
 
     python scripts/profile_detector_gpu.py --model tv_fcos_resnet50_fpn --dtype float16
 
