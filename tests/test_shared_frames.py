@@ -154,3 +154,30 @@ def test_only_buffers_other_than_batch_norm_statistics_are_watched():
     weights = {i: example_inputs[i] for i in weight_input_indices(example_inputs)}
     state = [example_inputs[i] for i in baked_weights.state_buffers(gm, weights)]
     assert len(state) == 1 and state[0] is model.K, [tuple(t.shape) for t in state]
+
+
+class _Counting(nn.Module):
+    """A step counter the model updates in its own forward, next to a scale buffer it only reads."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+        self.register_buffer("count", torch.zeros(()))
+        self.register_buffer("scale", torch.full((4, 1, 1), 2.0))
+
+    def forward(self, x):
+        self.count += 1
+        return self.conv(x) * self.scale + self.count
+
+
+def test_a_buffer_the_model_updates_itself_is_no_change_from_outside(hybrid_logs):
+    torch.manual_seed(0)
+    model, twin = _Counting().eval(), _Counting().eval()
+    twin.load_state_dict(model.state_dict())
+    fast = torch.compile(model, backend="hybrid_trt", options={"min_block_size": 1})
+    with torch.no_grad():
+        for _ in range(4):
+            x = torch.randn(1, 3, 8, 8)
+            assert_close(fast(x), twin(x), rtol=1e-5, atol=1e-5)
+    assert float(model.count) == float(twin.count) == 4.0
+    assert not [r for r in hybrid_logs.records if "changed in place" in r.getMessage()]

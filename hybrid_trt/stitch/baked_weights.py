@@ -7,6 +7,10 @@ a graph break inside their forward (timm's sequencer2d: an LSTM in every block),
 (``block.compile(...)``). Inductor reads the weights it is passed and is right for each; hybrid_trt bakes the
 weights of the instance it compiled into its engines, so another instance would get the first one's results.
 
+A buffer other than batch-norm statistics is state rather than a weight (camera intrinsics a caller updates in
+place between frames): its version counter is compared at every call (``state_buffers``), and once it changed
+the graph runs through Inductor alone, which reads it at each call.
+
 So the callable Dynamo's frame calls compares weights it is passed, by identity, with those baked: up to
 ``CHECKED`` of them, spread over the graph's weight inputs (instances of a module class differ in every weight; all
 312 of EfficientNet-B0's took 13-24 us per call on the 2-core CPU; with eight the wrapper adds 2.7 us, mostly
@@ -93,15 +97,19 @@ def checked(compiled: Callable, weights: Mapping[int, torch.Tensor], original: f
                 return compiled(*args)
             return others(args)
         return call
-    versions = [weights[i]._version for i in state]
+    # Read again after every call: a buffer the graph itself updates (a step counter) changes inside the call,
+    # which is no change from outside.
+    versions = [[weights[i]._version for i in state]]
     plain: list = []  # Inductor alone, once a state buffer changed
 
     def call_watching_state(*args):
         if plain:
             return plain[0](*args)
         if not stale[0] and ids(args) == expected:
-            if [args[i]._version for i in state] == versions:
-                return compiled(*args)
+            if [args[i]._version for i in state] == versions[0]:
+                out = compiled(*args)
+                versions[0] = [args[i]._version for i in state]
+                return out
             with others.lock:
                 if not plain:
                     logger.warning("hybrid_trt: graph %d: a buffer baked into its engines was changed in place "
