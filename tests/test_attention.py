@@ -285,3 +285,36 @@ def test_unexpected_error_preparing_a_partition_falls_back(monkeypatch, hybrid_l
     monkeypatch.setattr(backend, "prepare_runtime", second_fails)
     report = _run_two()
     assert [p.status for p in report.partitions] == ["delegated", "fell back to Inductor"], report.table()
+
+
+@pytest.mark.parametrize("norm_first,activation", [(False, "relu"), (True, "gelu")])
+def test_fast_path_transformer_encoder_delegates(norm_first, activation):
+    """``nn.TransformerEncoderLayer(batch_first=True)`` in eval under no_grad traces as PyTorch's fused
+    ``aten._transformer_encoder_layer_fwd`` (its fast path), which had no lowering: nothing of a DETR-style
+    encoder was delegated. The capture decomposes it (capture/transformer.py)."""
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True, norm_first=norm_first,
+                                       activation=activation)
+    encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).eval()
+    x = torch.randn(2, 10, 32)
+    with torch.no_grad():
+        out = torch.compile(encoder, backend="hybrid_trt", options={"strict": True})(x)
+        expected = encoder(x)
+    assert_close(out, expected, rtol=1e-4, atol=1e-4)
+    report = hybrid_trt.last_report()
+    assert not report.inductor_ops, report.table()
+    ops = {op for p in report.partitions if p.status == "delegated" for op in p.ops}
+    assert "hybrid_trt.attention.default" in ops, report.table()
+
+
+def test_fast_path_transformer_encoder_with_a_padding_mask_matches_eager():
+    """With a mask the fused op stays whole (its masks mean "hide", SDPA's bool masks "keep"): still exact."""
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True)
+    encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).eval()
+    x, pad = torch.randn(2, 10, 32), torch.zeros(2, 10, dtype=torch.bool)
+    pad[1, 7:] = True
+    with torch.no_grad():
+        out = torch.compile(encoder, backend="hybrid_trt")(x, src_key_padding_mask=pad)
+        expected = encoder(x, src_key_padding_mask=pad)
+    assert_close(out, expected, rtol=1e-4, atol=1e-4)

@@ -12,8 +12,9 @@ import torch
 def capture_decompositions() -> dict:
     from torch._inductor.decomposition import select_decomp_table
     from ..lowerings import registered_targets
+    from .transformer import DECOMPOSITIONS
     keep = registered_targets()
-    return {op: fn for op, fn in select_decomp_table().items() if op not in keep}
+    return {**{op: fn for op, fn in select_decomp_table().items() if op not in keep}, **DECOMPOSITIONS}
 
 
 def weight_input_indices(example_inputs) -> set[int]:
