@@ -182,7 +182,7 @@ def _bind(session):
 
 
 def _delegation(report) -> tuple[bool, str]:
-    total = report.delegated_op_count + len(report.inductor_ops)
+    total = report.total_op_count
     text = f"{len(report.partitions)} partition, {report.delegated_op_count}/{total} ops"
     ok = (report.whole_graph_reason is None and len(report.partitions) == 1 and not report.inductor_ops
           and report.partitions[0].status == "delegated")

@@ -345,7 +345,7 @@ def _e2e_callable(mode, model, feats, coords, expected, expected_heads, tol, inf
         if mode == "hybrid_trt":
             report = hybrid_trt.last_report()
             print(report.table(), flush=True)
-            total = report.delegated_op_count + len(report.inductor_ops)
+            total = report.total_op_count
             parts = sum(p.status == "delegated" for p in report.partitions)
             info["delegated"] = f"{report.delegated_op_count}/{total} ops, {parts} partition(s)"
     # A mismatch is reported in the table and the mode is still timed.

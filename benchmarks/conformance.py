@@ -676,7 +676,7 @@ def _collect_reports(res: dict, reports: list, counted_from: int = 0) -> None:
     counted = reports[counted_from:]
     for r in counted:
         delegated += r.delegated_op_count
-        total += r.delegated_op_count + len(r.inductor_ops)
+        total += r.total_op_count
         parts += sum(p.status == "delegated" for p in r.partitions)
         reasons.update(r.reasons())
         if r.whole_graph_reason:

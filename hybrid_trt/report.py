@@ -29,6 +29,23 @@ class PartitionReport:
     events: list = dataclasses.field(default_factory=list)  # fallbacks, bound reached, ...
     key: Optional[str] = None  # content key the stitched graph calls it by (engines/key.py)
     placement: Optional[str] = None  # placement="measured": the timings and the choice, or why not timed
+    # Input shapes whose engine failed to build at run time (symbolic partitions build per shape): each runs
+    # through the partition's Inductor fallback from then on (the events say why).
+    shapes_on_inductor: int = 0
+
+    @property
+    def runs_delegated(self) -> bool:
+        """Delegated, and not only in name: a partition every shape of which so far failed to build runs on
+        Inductor."""
+        return self.status == "delegated" and (bool(self.engines) or not self.shapes_on_inductor)
+
+    @property
+    def status_text(self) -> str:
+        if self.status != "delegated" or not self.shapes_on_inductor:
+            return self.status
+        if not self.engines:
+            return f"fell back to Inductor ({self.shapes_on_inductor} input shape(s), every one so far)"
+        return f"delegated; {self.shapes_on_inductor} input shape(s) on Inductor"
 
     @property
     def build_seconds(self) -> float:
@@ -78,7 +95,12 @@ class CompileReport:
 
     @property
     def delegated_op_count(self) -> int:
-        return sum(p.op_count for p in self.partitions if p.status == "delegated")
+        return sum(p.op_count for p in self.partitions if p.runs_delegated)
+
+    @property
+    def total_op_count(self) -> int:
+        """Every op of the graph: those planned for a delegate (running there or not) and those left to Inductor."""
+        return sum(p.op_count for p in self.partitions if p.status == "delegated") + len(self.inductor_ops)
 
     def reasons(self) -> Counter:
         return Counter(op.reason for op in self.inductor_ops)
@@ -87,9 +109,9 @@ class CompileReport:
         return dataclasses.asdict(self)
 
     def table(self) -> str:
-        total = self.delegated_op_count + len(self.inductor_ops)
-        lines = [f"hybrid_trt graph {self.graph_index}: {self.delegated_op_count}/{total} ops delegated in "
-                 f"{sum(p.status == 'delegated' for p in self.partitions)} partition(s); "
+        lines = [f"hybrid_trt graph {self.graph_index}: {self.delegated_op_count}/{self.total_op_count} ops "
+                 f"delegated in "
+                 f"{sum(p.runs_delegated for p in self.partitions)} partition(s); "
                  f"Inductor: {self.inductor_status}"
                  f"{' (from its cache)' if self.from_inductor_cache else ''}"
                  f"{' (not needed: delegate calls only, served from the graph manifest)' if self.from_graph_manifest and not self.from_inductor_cache else ''}"]
@@ -104,7 +126,7 @@ class CompileReport:
             for p in self.partitions:
                 shapes = f"{_shapes(p.input_shapes)} -> {_shapes(p.output_shapes)}"
                 lines.append(f"  {p.index:>3} {p.delegate:<12} {p.op_count:>4} {p.engine_sources:<10} "
-                             f"{p.build_seconds:>7.3f}  {shapes:<48} {p.status}")
+                             f"{p.build_seconds:>7.3f}  {shapes:<48} {p.status_text}")
                 for e in p.engines:
                     lowered = f" (lowering {e.lower_seconds:.3f} s)" if e.lower_seconds else ""
                     lines.append(f"      engine [{_clip(e.signature)}]: {e.source} in {e.seconds:.3f} s{lowered}")

@@ -217,3 +217,33 @@ def test_inductor_failure_strict_raises(monkeypatch):
     with pytest.raises(Exception) as info, torch.no_grad():
         compiled(x)
     assert any("injected Inductor failure" in str(e) for e in _cause_chain(info.value))
+
+
+def test_a_shape_whose_engine_fails_to_build_is_reported_on_inductor(monkeypatch):
+    """A symbolic partition builds an engine per input shape at run time; when a later shape's build fails, that
+    shape runs on Inductor, and the report says so in the partition's status and op counts (it said "delegated"
+    with every op counted as delegated)."""
+    from hybrid_trt.delegates import registry
+    delegate = registry._DELEGATES["onnxruntime"]
+    build, builds = delegate.build, []
+
+    def failing_build(*args, **kwargs):
+        builds.append(1)
+        if len(builds) > 1:
+            raise RuntimeError("simulated build failure")
+        return build(*args, **kwargs)
+    monkeypatch.setattr(delegate, "build", failing_build)
+    torch._dynamo.reset()
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU(), torch.nn.Conv2d(4, 4, 3)).eval()
+    fast = torch.compile(model, backend="hybrid_trt", dynamic=True, options={"min_block_size": 1})
+    with torch.no_grad():
+        for batch in (2, 3, 3):
+            x = torch.randn(batch, 3, 8, 8)
+            torch.testing.assert_close(fast(x), model(x), rtol=1e-5, atol=1e-5)
+    report = hybrid_trt.last_report()
+    (part,) = report.partitions  # one symbolic graph: batch 2 built, batch 3 failed and runs on Inductor
+    assert len(part.engines) == 1 and part.status_text == "delegated; 1 input shape(s) on Inductor", report.table()
+    assert "simulated build failure" in report.table()
+    part.engines.clear()  # as if the first shape had failed too
+    assert part.status_text.startswith("fell back to Inductor") and report.delegated_op_count == 0
+    assert report.total_op_count == 3 and "0/3 ops delegated in 0 partition(s)" in report.table()

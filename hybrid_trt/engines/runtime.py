@@ -545,6 +545,7 @@ class PartitionRuntime:
 
     def _route_to_inductor(self, signature, inputs, sizes):
         """This shape signature runs through the partition's Inductor fallback from now on."""
+        self.report.shapes_on_inductor += 1
         self._engines[signature] = self._inductor_runner()
         return self._engines[signature](inputs, sizes)
 
