@@ -48,8 +48,9 @@ def lower_attention(ctx, node):
     weights = ctx.op("Softmax", scores, axis=-1)
     if attn_mask is not None:
         # A row the mask hides entirely is all -inf, whose Softmax is NaN; PyTorch gives zeros there. Only such
-        # rows: a NaN that comes from the data stays NaN, as in eager.
-        hidden = ctx.op("ReduceMin", ctx.cast(ctx.op("IsInf", scores, detect_positive=0), dtype), axes=[-1],
-                        keepdims=1)
+        # rows: a NaN that comes from the data stays NaN, as in eager. (Equal, not IsInf: IsInf takes no float16
+        # before opset 20.)
+        hidden = ctx.op("ReduceMin", ctx.cast(ctx.op("Equal", scores, ctx.const(float("-inf"), dtype)), dtype),
+                        axes=[-1], keepdims=1)
         weights = ctx.op("Where", ctx.op("Greater", hidden, ctx.const(0.0, dtype)), ctx.const(0.0, dtype), weights)
     return ctx.op("MatMul", weights, ctx.input(value))
