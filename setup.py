@@ -19,7 +19,7 @@ setup(
         "conformance": ["torchvision>=0.26,<0.30", "timm>=1.0"],
         "gpu": ["onnxruntime-gpu>=1.20", "tensorrt>=10", "triton>=3.3"],
         # expecttest: torch.testing._internal (PyTorch's OpInfo database, tests/test_opinfo_conformance.py) imports it
-        "test": ["pytest>=8", "onnxruntime>=1.20", "triton>=3.3", "torchvision>=0.26,<0.30", "timm>=1.0",
+        "test": ["pytest>=8", "pytest-xdist>=3", "onnxruntime>=1.20", "triton>=3.3", "torchvision>=0.26,<0.30", "timm>=1.0",
                  "expecttest"],
         # the benchmark exports whole models with torch.onnx (dynamo exporter) for the ONNX Runtime baseline
         "bench": ["onnxruntime>=1.20", "onnxscript"],
