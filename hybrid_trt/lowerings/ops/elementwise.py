@@ -248,6 +248,14 @@ def lower_expm1(ctx, node):
     return ctx.op("Sub", ctx.op("Exp", ctx.input(node.args[0], dtype)), ctx.const(1.0, dtype))
 
 
+# fmod keeps the dividend's sign (C's fmod): ONNX Mod with fmod=1, for every type. Swin's shifted-window mask
+# computes one.
+@lowering(aten.fmod.Scalar, aten.fmod.Tensor, dtypes=NUMERIC)
+def lower_fmod(ctx, node):
+    dtype = ctx.dtype(node)
+    return ctx.op("Mod", ctx.input(node.args[0], dtype), ctx.input(node.args[1], dtype), fmod=1)
+
+
 @lowering(aten.remainder.Scalar, aten.remainder.Tensor, dtypes=NUMERIC)
 def lower_remainder(ctx, node):
     dtype = ctx.dtype(node)

@@ -46,9 +46,10 @@ def lower_mean(ctx, node):
     return _reduce(ctx, "ReduceMean", node.args[0], dim, keepdim, ctx.dtype(node))
 
 
-@lowering(aten.amax.default, aten.amin.default, dtypes=NUMERIC)
+# max()/min() without a dim (the largest score of a detection head, say) reduce over everything, as amax/amin do.
+@lowering(aten.amax.default, aten.amin.default, aten.max.default, aten.min.default, dtypes=NUMERIC)
 def lower_amax_amin(ctx, node):
-    op_type = "ReduceMax" if node.target is aten.amax.default else "ReduceMin"
+    op_type = "ReduceMax" if node.target in (aten.amax.default, aten.max.default) else "ReduceMin"
     x = node.args[0]
     dim = node.args[1] if len(node.args) > 1 else []
     keepdim = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)

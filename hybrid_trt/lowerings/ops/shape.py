@@ -140,6 +140,17 @@ def _slice_bound(ctx, x, dim, bound, default):
     return ctx.ints([int(ctx.arg(bound))])
 
 
+@lowering(aten.flip.default, dtypes=ANY)
+def lower_flip(ctx, node):
+    x, flipped = node.args
+    axes = dims(ctx.arg(flipped), len(ctx.shape(x))) if ctx.shape(x) else []
+    if not axes:
+        return ctx.op("Identity", ctx.input(x))
+    # Each flipped dim read backwards: from its last element to past its first (INT64_MIN reaches index -1).
+    return ctx.op("Slice", ctx.input(x), ctx.ints([-1] * len(axes)), ctx.ints([-INT64_MAX - 1] * len(axes)),
+                  ctx.ints(axes), ctx.ints([-1] * len(axes)))
+
+
 @lowering(aten.select.int, dtypes=ANY)
 def lower_select(ctx, node):
     x, dim, index = node.args
