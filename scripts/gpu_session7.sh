@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Device-call stages for the H200, session 7 (onnxruntime-gpu in /tmp/site from .chunk1-4). Logs under $OUT/s7,
 # returned as one tarball per stage.
-# Usage: scripts/gpu_session7.sh chunk K | conf [budget_min] | probe | profile [timeout model] | tf32 | tests
+# Usage: scripts/gpu_session7.sh chunk K | conf [budget_min] | probe | profile [timeout model] | tf32 | tests | graphs
 set -uo pipefail
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 OUT=${OUT:-/tmp/out}
 export HYBRID_TRT_CACHE_DIR=/tmp/htrt-cache TORCHINDUCTOR_CACHE_DIR=/tmp/ind-cache
@@ -60,5 +60,13 @@ case ${1:?stage} in
     echo "tests -k cuda rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed" $L/tests_k.log | tail -15
     cp $L/tests_k.log $L/tests_k.txt 2>/dev/null
     tar czf $OUT/s7_tests.tgz -C $OUT s7/tests.log s7/tests_k.log
+    ;;
+  graphs)  # the float16 lowerings on the CUDA provider, then the CUDA-graph and ordering tests, in that order
+    timeout 100 python3 -m pytest -q -p no:cacheprovider -n 0 tests/test_lowerings.py -k cuda > $L/lower16.log 2>&1
+    echo "lowerings -k cuda rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed" $L/lower16.log | tail -8
+    timeout ${2:-400} python3 -m pytest -q -p no:cacheprovider -n 0 tests/test_cuda_graphs.py tests/test_cuda_ordering.py \
+      > $L/graphs.log 2>&1
+    echo "graphs rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed" $L/graphs.log | tail -15
+    tar czf $OUT/s7_graphs.tgz -C $OUT s7/lower16.log s7/graphs.log
     ;;
 esac
