@@ -51,20 +51,20 @@ case ${1:?stage} in
     tar czf $OUT/s7_tf32.tgz -C $OUT s7/tf32.log
     ;;
   tests)  # CUDA tests: ordering (the periodic synchronisation), graphs, delegates, placement
-    timeout ${2:-300} python3 -m pytest -q -p no:cacheprovider tests/test_cuda_ordering.py tests/test_delegates.py \
+    timeout ${2:-300} python3 -m pytest -q -p no:cacheprovider -o addopts= tests/test_cuda_ordering.py tests/test_delegates.py \
       tests/test_cuda_graphs.py tests/test_placement.py > $L/tests.log 2>&1
     echo "tests rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed" $L/tests.log | tail -15
     # the CUDA cases of the mostly-CPU test files
-    timeout ${3:-200} python3 -m pytest -q -p no:cacheprovider tests/test_attention.py tests/test_bad_input.py \
+    timeout ${3:-200} python3 -m pytest -q -p no:cacheprovider -o addopts= tests/test_attention.py tests/test_bad_input.py \
       tests/test_lowerings.py tests/test_engine_key.py -k "cuda" > $L/tests_k.log 2>&1
     echo "tests -k cuda rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed" $L/tests_k.log | tail -15
     cp $L/tests_k.log $L/tests_k.txt 2>/dev/null
     tar czf $OUT/s7_tests.tgz -C $OUT s7/tests.log s7/tests_k.log
     ;;
   graphs)  # the float16 lowerings on the CUDA provider, then the CUDA-graph and ordering tests, in that order
-    timeout 100 python3 -m pytest -q -p no:cacheprovider -n 0 tests/test_lowerings.py -k cuda > $L/lower16.log 2>&1
+    timeout 100 python3 -m pytest -q -p no:cacheprovider -o addopts= tests/test_lowerings.py -k cuda > $L/lower16.log 2>&1
     echo "lowerings -k cuda rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed" $L/lower16.log | tail -8
-    timeout ${2:-400} python3 -m pytest -q -p no:cacheprovider -n 0 tests/test_cuda_graphs.py tests/test_cuda_ordering.py \
+    timeout ${2:-400} python3 -m pytest -q -p no:cacheprovider -o addopts= tests/test_cuda_graphs.py tests/test_cuda_ordering.py \
       > $L/graphs.log 2>&1
     echo "graphs rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed" $L/graphs.log | tail -15
     tar czf $OUT/s7_graphs.tgz -C $OUT s7/lower16.log s7/graphs.log
