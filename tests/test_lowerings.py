@@ -648,49 +648,34 @@ def _cuda_provider() -> bool:
     return torch.cuda.is_available() and "CUDAExecutionProvider" in ort.get_available_providers()
 
 
-def _as_cuda_float16(a):
+def _as_float16(a, device="cpu"):
+    """A sample's float32 tensors as float16 on ``device`` (and a float32 dtype argument as float16)."""
     if isinstance(a, (T, W)):
         v = a.value.half() if a.value.dtype == torch.float32 else a.value
-        return type(a)(v.cuda())
+        return type(a)(v.to(device))
     if isinstance(a, list):
-        return [_as_cuda_float16(e) for e in a]
+        return [_as_float16(e, device) for e in a]
     if isinstance(a, tuple):
-        return tuple(_as_cuda_float16(e) for e in a)
+        return tuple(_as_float16(e, device) for e in a)
     return torch.float16 if a is torch.float32 else a
+
+
+def _float16_cases(device="cpu"):
+    """Every float32 sample as float16 on ``device``."""
+    params = []
+    for target in _registered():
+        for k, case in enumerate(SAMPLES.get(target, [])):
+            if _has_float32(list(case.args) + list(case.kwargs.values())):
+                c16 = dataclasses.replace(case, args=_as_float16(case.args, device),
+                                          kwargs={n: _as_float16(v, device) for n, v in case.kwargs.items()})
+                params.append(pytest.param(target, c16, id=f"{target}-{case.id or k}-f16"))
+    return params
 
 
 def _cuda_float16_cases():
     if not _cuda_provider():
         return [pytest.param(None, None, marks=pytest.mark.skip(reason="needs a GPU and onnxruntime-gpu"))]
-    params = []
-    for target in _registered():
-        for k, case in enumerate(SAMPLES.get(target, [])):
-            if _has_float32(list(case.args) + list(case.kwargs.values())):
-                c16 = dataclasses.replace(case, args=_as_cuda_float16(case.args),
-                                          kwargs={n: _as_cuda_float16(v) for n, v in case.kwargs.items()})
-                params.append(pytest.param(target, c16, id=f"{target}-{case.id or k}-f16"))
-    return params
-
-
-def _float16_cases():
-    params = []
-    for target in _registered():
-        for k, case in enumerate(SAMPLES.get(target, [])):
-            if _has_float32(list(case.args) + list(case.kwargs.values())):
-                c16 = dataclasses.replace(case, args=_as_float16(case.args),
-                                          kwargs={n: _as_float16(v) for n, v in case.kwargs.items()})
-                params.append(pytest.param(target, c16, id=f"{target}-{case.id or k}-f16"))
-    return params
-
-
-def _as_float16(a):
-    if isinstance(a, (T, W)):
-        return type(a)(a.value.half() if a.value.dtype == torch.float32 else a.value)
-    if isinstance(a, list):
-        return [_as_float16(e) for e in a]
-    if isinstance(a, tuple):
-        return tuple(_as_float16(e) for e in a)
-    return torch.float16 if a is torch.float32 else a
+    return _float16_cases("cuda")
 
 
 @pytest.mark.parametrize("target,case", _float16_cases())
