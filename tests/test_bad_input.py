@@ -115,10 +115,12 @@ def test_other_dtypes_recompile_and_match():
             assert_close(fast(xd), fn(xd), rtol=tol, atol=tol, what=str(dtype))
 
 
-def test_a_graph_declined_whole_for_its_dtype_says_so_once(hybrid_logs):
-    """A bfloat16 model on the CPU: no op is delegated (ONNX Runtime's CPU provider lacks bfloat16), the model runs
-    as plain Inductor and matches eager, and one warning says why instead of the report alone. A float32 compile
-    of the same model, fully delegated, warns nothing."""
+@pytest.mark.parametrize("dtype,reason", [(torch.bfloat16, "dtype bfloat16 not supported"),
+                                          (torch.float16, "dtype float16 not supported on the CPU provider")])
+def test_a_graph_declined_whole_for_its_dtype_says_so_once(hybrid_logs, dtype, reason):
+    """A bfloat16 or float16 model on the CPU: no op is delegated (ONNX Runtime's CPU provider lacks their kernels),
+    the model runs as plain Inductor and matches eager, and one warning says why instead of the report alone. A
+    float32 compile of the same model, fully delegated, warns nothing."""
     model = _model(ConvNet)
     x = torch.randn(2, 3, 16, 16)
     with torch.no_grad():
@@ -126,11 +128,11 @@ def test_a_graph_declined_whole_for_its_dtype_says_so_once(hybrid_logs):
         assert_close(torch.compile(model, backend="hybrid_trt")(x), expected)
         assert not [r for r in hybrid_logs.records if "no op delegated" in r.getMessage()]
         torch._dynamo.reset()
-        half = _model(ConvNet).to(torch.bfloat16)
-        xb = x.to(torch.bfloat16)
+        half = _model(ConvNet).to(dtype)
+        xb = x.to(dtype)
         assert_close(torch.compile(half, backend="hybrid_trt")(xb), half(xb), rtol=2e-2, atol=2e-2)
     warned = [r.getMessage() for r in hybrid_logs.records if "no op delegated" in r.getMessage()]
-    assert len(warned) == 1 and "dtype bfloat16 not supported" in warned[0], warned
+    assert len(warned) == 1 and reason in warned[0], warned
     assert not hybrid_trt.last_report().partitions
 
 

@@ -363,7 +363,8 @@ class OnnxRuntimeDelegate(Delegate):
         # Every float16 sample of tests/test_lowerings.py builds and matches eager on the CUDA provider (checked on
         # a GPU machine by test_float16_lowering_runs_on_cuda_or_is_declined).
         if torch.float16 in dtypes and not _on_cuda(node):
-            return f"{self.name}: float16 runs on the CUDA provider only (the CPU provider lacks its kernels)"
+            return (f"{self.name}: dtype float16 not supported on the CPU provider (it lacks the kernels; float16 "
+                    "runs on the CUDA provider)")
         if node.target in NO_FLOAT64_CPU_KERNEL and torch.float64 in dtypes:
             return f"{self.name}: no float64 kernel on the CPU provider"
         return None

@@ -76,7 +76,10 @@ def unsupported_reason(node: fx.Node, delegate, forced_to_inductor: frozenset) -
 def declined_for_dtype_or_device(reason: str) -> bool:
     """Whether ``reason`` (from ``unsupported_reason``) declines a node for its dtype or device: a setting of the
     model (bfloat16, a device the delegate lacks), not a lowering missing from hybrid_trt."""
-    return reason.endswith(" not supported") and (": dtype " in reason or ": device " in reason)
+    # "<delegate>: dtype D not supported" (its dtype set), "... not supported on <where> (why)" (a delegate's own
+    # rule, e.g. float16 on ONNX Runtime's CPU provider), "<delegate>: device X not supported"
+    return ((reason.endswith(" not supported") or " not supported on " in reason)
+            and (": dtype " in reason or ": device " in reason))
 
 
 def node_device(node: fx.Node) -> Optional[torch.device]:
