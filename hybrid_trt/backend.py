@@ -9,6 +9,7 @@ from collections import Counter
 
 import torch
 import torch.fx as fx
+from torch._dynamo.exc import RestartAnalysis
 from torch._guards import detect_fake_mode
 from torch._inductor.compile_fx import compile_fx, compile_fx_inner
 
@@ -24,7 +25,7 @@ from .options import Options, make_options
 from .partitioner import partition_graph
 from .partitioner.capability import NodeKind, classify, declined_for_dtype_or_device, op_name
 from .partitioner.extract import extract
-from .report import CompileReport, InductorOp, PartitionReport, new_report
+from .report import CompileReport, InductorOp, PartitionReport, discard_report, new_report
 from .engines.graph import GraphCache, graph_key, open_graph, source_hashes_in_background
 from .engines.runtime import PartitionRuntime, Policy, engine_store, prepare_runtime
 from .guards import record_baked_weights
@@ -58,6 +59,16 @@ def _compile(gm: fx.GraphModule, example_inputs, opts: Options, check_weights: b
     its engines baked (stitch/baked_weights.py); False for the compile that check makes for other weights, whose
     own check (the ids it is looked up by) has already been made."""
     report = new_report()
+    try:
+        return _compile_graph(gm, example_inputs, opts, check_weights, report)
+    except RestartAnalysis:
+        # Dynamo abandons this trace and calls the backend again (with dynamic=True, to specialise a float it had
+        # traced as a symbol): nothing was compiled here, and the next call's report is the graph's.
+        discard_report(report)
+        raise
+
+
+def _compile_graph(gm: fx.GraphModule, example_inputs, opts: Options, check_weights: bool, report: CompileReport):
     if needs_gradients(example_inputs):
         report.whole_graph_reason = "graph needs gradients (inputs require grad and grad mode is on)"
         logger.info("hybrid_trt: graph %d needs gradients; compiled by Inductor alone", report.graph_index)

@@ -165,6 +165,17 @@ def new_report() -> CompileReport:
     return report
 
 
+def discard_report(report: CompileReport) -> None:
+    """Drop the report of a compile Dynamo abandoned (it restarts the trace and compiles again). Only the latest
+    report is dropped, so the graph indices already shown stay right; one that another thread's compile has
+    followed stays, saying what happened."""
+    with _LOCK:
+        if _REPORTS and _REPORTS[-1] is report:
+            _REPORTS.pop()
+        else:
+            report.whole_graph_reason = "abandoned by Dynamo (it traced the frame again and compiled that)"
+
+
 def reports() -> list:
     """Reports of every graph hybrid_trt compiled in this process (a model with graph breaks has several)."""
     with _LOCK:

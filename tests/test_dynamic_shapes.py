@@ -203,3 +203,28 @@ def test_ops_reading_floats_of_symbolic_sizes_stay_with_inductor_and_the_rest_de
     delegated = {op for p in report.partitions if p.status == "delegated" for op in p.ops}
     assert "aten.convolution.default" in delegated, report.table()
     assert any(r.reason == "reads a float computed from symbolic sizes" for r in report.inductor_ops), report.table()
+
+
+def test_a_compile_dynamo_restarts_leaves_no_report():
+    """With dynamic=True Dynamo can abandon the backend's first compile of a graph and call it again (it restarts
+    to specialise a float it traced as a symbol): one graph compiled, one report, the delegated one."""
+    class ConvNormHead(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.norm, self.fc = torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.LayerNorm(8), torch.nn.Linear(8, 4)
+
+        def forward(self, x):
+            t = torch.relu(self.conv(x)).flatten(2).transpose(1, 2)
+            return self.fc(self.norm(t).mean(1))
+
+    model = ConvNormHead().eval()
+    x = torch.randn(2, 3, 16, 16)
+    before = len(hybrid_trt.reports())
+    torch._dynamo.utils.counters.clear()
+    with torch.no_grad():
+        out = torch.compile(model, backend="hybrid_trt", dynamic=True)(x)
+        assert_close(out, model(x))
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 1
+    new = hybrid_trt.reports()[before:]
+    assert len(new) == 1, [r.table() for r in new]
+    assert new[0].partitions and new[0].delegated_op_count == new[0].total_op_count, new[0].table()
