@@ -122,12 +122,13 @@ def plan_capture(delegated, options) -> CapturePlan:
     plan = CapturePlan(enabled=bool(options.cuda_graphs))
     if not plan.enabled:
         return plan
-    # Said at every graph compiled with graphs on, until the H200 results in the README's "CUDA graphs" section
-    # are clean: there, a process still aborted at teardown after a detector ran with its ONNX Runtime partition
-    # kept outside the graphs, between captured segments.
-    logger.warning("hybrid_trt: CUDA graphs are experimental in this version (a process was seen to abort at "
-                   "exit after an ONNX Runtime partition ran between captured segments); see the README's 'CUDA "
-                   "graphs' section before relying on mode='reduce-overhead' / cuda_graphs=True")
+    # Said at every graph with a CUDA partition compiled with graphs on, until the H200 results in the README's
+    # "CUDA graphs" section are clean: there, a process still aborted at teardown after a detector ran with its
+    # ONNX Runtime partition kept outside the graphs, between captured segments. (A CPU graph captures nothing.)
+    if any(d.runtime.device.type == "cuda" for d in delegated):
+            logger.warning("hybrid_trt: CUDA graphs are experimental in this version (a process was seen to abort at "
+                       "exit after an ONNX Runtime partition ran between captured segments); see the README's "
+                       "'CUDA graphs' section before relying on mode='reduce-overhead' / cuda_graphs=True")
     reasons, to_probe = {}, []
     for d in delegated:
         rt = d.runtime
@@ -317,7 +318,7 @@ class _SkipLog(logging.Filter):
         self.messages: list = []
 
     def filter(self, record: logging.LogRecord) -> bool:
-        self.messages.append(record.getMessage().strip().splitlines()[0])
+        self.messages.append(_skip_reason(record.getMessage()))
         return False
 
 
@@ -365,7 +366,7 @@ def compile_observed(compile_graph, gm: fx.GraphModule, cudagraphs_box, plan: Ca
     for why in (getattr(compiled, "disabled_cudagraphs_reason", None),
                 *(getattr(getattr(compiled, "cudagraph_info", None), "cudagraph_fail_reasons", None) or ())):
         if why:
-            reasons.append(f"Inductor: {_first_line(why)}")
+            reasons.append(f"Inductor: {_skip_reason(why)}")
     if not captured or (partition_maps is not None and len(partition_maps) == 0):
         status, segments = "not captured", 0
     elif partition_maps and len(partition_maps) > 1:
@@ -431,6 +432,13 @@ def blockers(gm: fx.GraphModule, plan: CapturePlan):
 
 def _dedupe(items: list) -> list:
     return list(dict.fromkeys(items))
+
+
+def _skip_reason(why: str) -> str:
+    """Inductor's reason for skipping graphs, on one line. Its 'multiple devices: ' lists the devices of its own
+    kernels, none in a graph whose every op is delegated: said so instead of ending at the colon."""
+    line = _first_line(why).rstrip()
+    return f"{line[:-1].rstrip()} (none of its kernels named one)" if line.endswith(":") else line
 
 
 def _first_line(text: str) -> str:

@@ -169,6 +169,21 @@ def test_cpu_partitions_are_planned_outside_graphs_and_run_correctly():
     assert report.cuda_graphs.status == "not captured"
 
 
+def test_reduce_overhead_on_a_cpu_model_warns_nothing_and_says_why_in_full(hybrid_logs):
+    """mode="reduce-overhead" on a CPU model captures nothing: no warning about CUDA graphs being experimental (it
+    is about CUDA partitions between captured segments), and the report's reasons are whole sentences (Inductor's
+    'multiple devices: ' names no device for a graph whose every op is delegated)."""
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(), torch.nn.Conv2d(8, 8, 3)).eval()
+    x = torch.randn(1, 3, 16, 16)
+    with torch.no_grad():
+        assert_close(torch.compile(model, backend="hybrid_trt", mode="reduce-overhead")(x), model(x))
+    assert not [r for r in hybrid_logs.records if "experimental" in r.getMessage()], hybrid_logs.text
+    report = hybrid_trt.last_report()
+    assert report.cuda_graphs.status == "not captured"
+    assert report.cuda_graphs.reasons and not [r for r in report.cuda_graphs.reasons if r.rstrip().endswith(":")], \
+        report.cuda_graphs.reasons
+
+
 # ---------------------------------------------------------------------------------------------- LiDAR example
 
 
