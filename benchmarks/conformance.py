@@ -254,6 +254,21 @@ CASES: list[Case] = [
     _timm("resnest14d"),
     _timm("nf_resnet26"),
     _timm("sequencer2d_s"),
+    # the 2026-12-02 sweep (each matched eager in a new-user harness on the 2-core CPU): CSP, VoVNet, Res2Net,
+    # TResNet (space-to-depth stem), MobileOne, DPN, HGNetV2, SelecSLS, LCNet, TinyNet, InceptionNeXt, CAFormer
+    _timm("cspdarknet53"),
+    _timm("cspresnet50"),
+    _timm("ese_vovnet19b_dw"),
+    _timm("res2net50_14w_8s"),
+    _timm("tresnet_m"),
+    _timm("mobileone_s0"),
+    _timm("dpn68"),
+    _timm("hgnetv2_b0"),
+    _timm("selecsls42b"),
+    _timm("lcnet_050"),
+    _timm("tinynet_e"),
+    _timm("inception_next_tiny"),
+    _timm("caformer_s18"),
 ]
 CASES_BY_NAME = {c.name: c for c in CASES}
 
