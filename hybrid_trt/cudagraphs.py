@@ -126,7 +126,7 @@ def plan_capture(delegated, options) -> CapturePlan:
     # "CUDA graphs" section are clean: there, a process still aborted at teardown after a detector ran with its
     # ONNX Runtime partition kept outside the graphs, between captured segments. (A CPU graph captures nothing.)
     if any(d.runtime.device.type == "cuda" for d in delegated):
-            logger.warning("hybrid_trt: CUDA graphs are experimental in this version (a process was seen to abort at "
+        logger.warning("hybrid_trt: CUDA graphs are experimental in this version (a process was seen to abort at "
                        "exit after an ONNX Runtime partition ran between captured segments); see the README's "
                        "'CUDA graphs' section before relying on mode='reduce-overhead' / cuda_graphs=True")
     reasons, to_probe = {}, []

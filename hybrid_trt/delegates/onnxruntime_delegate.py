@@ -17,7 +17,7 @@ from ..log import logger
 from ..capture import preserve  # noqa: F401  (defines hybrid_trt::interpolate, named below)
 from ..lowerings.context import GENERIC, ORT_CPU
 from ..lowerings.registry import _tensor_dtypes as _dtypes
-from .registry import Delegate, Engine, import_failure, register_delegate
+from .registry import Delegate, Engine, dtype_declined, import_failure, register_delegate
 from .tf32 import tf32_switches, uses_tf32
 
 _NUMPY = {
@@ -363,8 +363,8 @@ class OnnxRuntimeDelegate(Delegate):
         # Every float16 sample of tests/test_lowerings.py builds and matches eager on the CUDA provider (checked on
         # a GPU machine by test_float16_lowering_runs_on_cuda_or_is_declined).
         if torch.float16 in dtypes and not _on_cuda(node):
-            return (f"{self.name}: dtype float16 not supported on the CPU provider (it lacks the kernels; float16 "
-                    "runs on the CUDA provider)")
+            return dtype_declined(self.name, torch.float16,
+                                  "on the CPU provider (it lacks the kernels; float16 runs on the CUDA provider)")
         if node.target in NO_FLOAT64_CPU_KERNEL and torch.float64 in dtypes:
             return f"{self.name}: no float64 kernel on the CPU provider"
         return None

@@ -125,6 +125,13 @@ def _warn_once(message: str) -> None:
     logger.warning("%s", message)
 
 
+def dtype_declined(delegate_name: str, dtype: torch.dtype, where: str = "") -> str:
+    """The reason a delegate declines a node for its dtype (``where``: e.g. "on the CPU provider (why)"), in the
+    one form ``partitioner.capability.declined_for_dtype_or_device`` reads back as the model's setting rather than
+    a lowering hybrid_trt lacks."""
+    return f"{delegate_name}: dtype {str(dtype).replace('torch.', '')} not supported" + (f" {where}" if where else "")
+
+
 def import_failure(import_library: Callable[[], Any], name: str, install: str, needs: str) -> Optional[str]:
     """Why a delegate's library is unusable (None when ``import_library()`` returns a module that has ``needs``).
 

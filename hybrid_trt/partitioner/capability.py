@@ -8,6 +8,7 @@ from typing import Optional
 import torch
 import torch.fx as fx
 
+from ..delegates.registry import dtype_declined
 from ..lowerings import registry
 
 SIZE_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool)
@@ -69,15 +70,15 @@ def unsupported_reason(node: fx.Node, delegate, forced_to_inductor: frozenset) -
         return reason
     for dtype in registry._tensor_dtypes(node):
         if dtype not in delegate.dtypes:
-            return f"{delegate.name}: dtype {str(dtype).replace('torch.', '')} not supported"
+            return dtype_declined(delegate.name, dtype)
     return delegate.node_unsupported_reason(node)
 
 
 def declined_for_dtype_or_device(reason: str) -> bool:
     """Whether ``reason`` (from ``unsupported_reason``) declines a node for its dtype or device: a setting of the
     model (bfloat16, a device the delegate lacks), not a lowering missing from hybrid_trt."""
-    # "<delegate>: dtype D not supported" (its dtype set), "... not supported on <where> (why)" (a delegate's own
-    # rule, e.g. float16 on ONNX Runtime's CPU provider), "<delegate>: device X not supported"
+    # "<delegate>: dtype D not supported[ <where>]" (delegates.registry.dtype_declined), "<delegate>: device X
+    # not supported"
     return ((reason.endswith(" not supported") or " not supported on " in reason)
             and (": dtype " in reason or ": device " in reason))
 
