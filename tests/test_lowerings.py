@@ -251,7 +251,17 @@ SAMPLES: dict[Any, list[Case]] = {
                         C(T(X3()), [None, None, T(torch.tensor([4, 1], dtype=torch.int32))], id="int32_last"),
                         C(T(X4()), [T(torch.tensor([1, 0]).view(2, 1, 1, 1)), T(torch.tensor([2, 0, 1]).view(1, 3, 1, 1)),
                                     T(ri(2, 1, 4, 5, lo=0, hi=6)), T(ri(2, 1, 4, 5, lo=-6, hi=6, seed=1))],
-                          id="broadcast_grid_sample_form")],
+                          id="broadcast_grid_sample_form"),
+                        C(T(X4()), [None, None, T(torch.tensor([2, 0, 3]).view(3, 1)), T(torch.tensor([4, 0]))],
+                          id="two_trailing_upsample_form"),
+                        C(T(X4()), [None, T(torch.tensor([2, 0])), T(torch.tensor([[1, 3], [0, 0]]))],
+                          id="two_middle_adjacent"),
+                        C(T(X4()), [T(torch.tensor([1, 0])), None, T(torch.tensor([3, 2]))], id="separated_by_slice"),
+                        C(T(X4()), [None, T(torch.tensor([1, 0])), None, T(torch.tensor([[4], [2]]))],
+                          id="separated_not_leading")],
+    aten._unsafe_index.Tensor: [C(T(X4()), [None, None, T(torch.tensor([0, 0, 1, 1, 2, 2, 3, 3]).view(8, 1)),
+                                            T(torch.tensor([0, 0, 1, 1, 2, 2, 3, 3, 4, 4]))], id="nearest_2x"),
+                                C(T(X3()), [None, T(torch.tensor([3, 1]))], id="one_index")],
     # sampling.py (interpolation mode 0/1/2 = bilinear/nearest/bicubic, padding 0/1/2 = zeros/border/reflection;
     # grid points up to 1.3 outside [-1, 1] exercise the padding)
     aten.grid_sampler_2d.default: [C(T(X4()), T(rn(2, 5, 6, 2, seed=1) * 0.7), 0, 0, True, id="bilinear_zeros"),
@@ -974,7 +984,7 @@ def test_ops_kept_whole_at_capture_delegate_with_their_neighbours():
 
 class _RelativePositionBias(torch.nn.Module):
     """Swin/BEiT's relative position bias: a learned table read at a fixed index (``table[index]``), added to the
-    attention scores; and a read with two non-leading index tensors, which is not lowered."""
+    attention scores; and a read with two non-leading index tensors."""
 
     def __init__(self, window=3, heads=2):
         super().__init__()
@@ -989,12 +999,12 @@ class _RelativePositionBias(torch.nn.Module):
     def forward(self, q, k):
         bias = self.table[self.index].view(self.n, self.n, self.heads).permute(2, 0, 1)
         scores = torch.softmax(q @ k.transpose(-1, -2) + bias, dim=-1)
-        return scores, scores[:, :, self.rows, self.rows]  # non-leading pair: stays with Inductor
+        return scores, scores[:, :, self.rows, self.rows]  # non-leading pair: a GatherND, result dims in place
 
 
 def test_advanced_indexing_delegates_with_its_block():
-    """``index.Tensor`` with one index tensor (a Gather) joins the attention block around it; two non-leading
-    index tensors (ATen moves the result dims) stay with Inductor with the reason, and both outputs match eager."""
+    """``index.Tensor`` with one index tensor (a Gather) and with two non-leading index tensors (a GatherND over the
+    indexed dims, moved back in place) join the attention block around them, and both outputs match eager."""
     torch.manual_seed(0)
     model = _RelativePositionBias().eval()
     q, k = torch.randn(2, 2, 9, 4), torch.randn(2, 2, 9, 4)
@@ -1004,9 +1014,8 @@ def test_advanced_indexing_delegates_with_its_block():
     report = hybrid_trt.last_report()
     for a, e in zip(actual, expected):
         assert_close(a, e, rtol=1e-5, atol=1e-5)
-    assert len(report.partitions) == 1 and "aten.index.Tensor" in report.partitions[0].ops, report.table()
-    assert [op.reason for op in report.inductor_ops if op.op == "aten.index.Tensor"] == \
-        ["several index tensors after a sliced dim"], report.table()
+    assert len(report.partitions) == 1 and report.partitions[0].ops["aten.index.Tensor"] == 2, report.table()
+    assert not [op for op in report.inductor_ops if op.op == "aten.index.Tensor"], report.table()
 
 
 def test_grid_sample_delegates_whole():

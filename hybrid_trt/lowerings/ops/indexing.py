@@ -1,4 +1,4 @@
-"""Gathers: index_select, embedding, gather, advanced indexing (index.Tensor), topk."""
+"""Gathers: index_select, embedding, gather, advanced indexing (index.Tensor, _unsafe_index.Tensor), topk."""
 from __future__ import annotations
 
 import torch
@@ -51,10 +51,9 @@ def _index_positions(node) -> list[int]:
 
 
 def _check_index(node):
-    # x[..., idx, ...] with one integer index tensor is a Gather on that axis; x[i0, i1, ...] with leading index
-    # tensors (broadcast to one static shape, as in reads x[n, c, iy, ix] through coordinate maps) is a GatherND.
-    # Other forms (boolean masks: data-dependent sizes; several indices after a sliced dim, whose result dims ATen
-    # moves to the front) are not lowered.
+    # x[..., idx, ...] with one integer index tensor is a Gather on that axis; several index tensors (broadcast to
+    # one static shape, as in reads x[n, c, iy, ix] through coordinate maps, or upsampling's x[:, :, rows, cols])
+    # are one GatherND over the indexed dims. Boolean masks (data-dependent sizes) are not lowered.
     indices = node.args[1]
     for idx in indices:
         if idx is not None and idx.meta["val"].dtype not in (torch.int64, torch.int32):
@@ -62,25 +61,39 @@ def _check_index(node):
     positions = _index_positions(node)
     if len(positions) == 1:
         return None
-    if positions != list(range(len(positions))):
-        return "several index tensors after a sliced dim"
     shapes = [indices[i].meta["val"].shape for i in positions]
     if not all(isinstance(s, int) for shape in shapes for s in shape):
         return "several index tensors with symbolic shapes"
     return None
 
 
-@lowering(aten.index.Tensor, dtypes=ANY, check=_check_index)
+# _unsafe_index is index without the bounds check (decompositions of upsampling write it); ONNX's gathers take
+# the same in-range indices.
+@lowering(aten.index.Tensor, aten._unsafe_index.Tensor, dtypes=ANY, check=_check_index)
 def lower_index(ctx, node):
     x, indices = node.args[:2]
     positions = _index_positions(node)
     if len(positions) == 1:
         return ctx.op("Gather", ctx.input(x), ctx.input(indices[positions[0]], torch.int64), axis=positions[0])
+    return _gather_nd(ctx, x, indices, positions)
+
+
+def _gather_nd(ctx, x, indices, positions: list[int]) -> str:
+    """One GatherND over the indexed dims, moved to the front. ATen puts the broadcast index dims where the
+    indexed dims were when those are adjacent, and in front when a sliced dim separates them."""
+    rest = [d for d in range(len(ctx.shape(x))) if d not in positions]
+    data = ctx.input(x)
+    if positions != list(range(len(positions))):
+        data = ctx.op("Transpose", data, perm=positions + rest)
     shape = list(torch.broadcast_shapes(*[indices[i].meta["val"].shape for i in positions]))
     stacked = ctx.op("Concat", *[ctx.op("Unsqueeze", ctx.op("Expand", ctx.input(indices[i], torch.int64),
                                                             ctx.ints(shape)), ctx.ints([-1]))
                                  for i in positions], axis=-1)
-    return ctx.op("GatherND", ctx.input(x), stacked)
+    out = ctx.op("GatherND", data, stacked)
+    first, b = positions[0], len(shape)
+    if first == 0 or positions != list(range(first, first + len(positions))):
+        return out
+    return ctx.op("Transpose", out, perm=[*range(b, b + first), *range(b), *range(b + first, b + len(rest))])
 
 
 @lowering(aten.topk.default, dtypes=NUMERIC)
