@@ -130,6 +130,8 @@ SAMPLES: dict[Any, list[Case]] = {
     # constant.py: factories have no tensor input; the value is an initializer
     aten.full.default: [C([2, 3], 1.5, dtype=torch.float32), C([4], 7, dtype=torch.int64, id="int64")],
     aten.zeros.default: [C([2, 3], dtype=torch.float32), C([3], dtype=torch.bool, id="bool")],
+    aten.empty.memory_format: [C([2, 3], dtype=torch.float32), C([4], dtype=torch.int64, id="int64"),
+                               C([0, 3], id="empty_default_dtype")],
     aten.ones.default: [C([2, 3], dtype=torch.float32), C([5], dtype=torch.int64, id="int64")],
     aten.arange.start_step: [C(1, 10, 3, dtype=torch.int64), C(0.0, 1.0, 0.25, dtype=torch.float32, id="float")],
     aten.arange.start: [C(2, 7, dtype=torch.int64)],
@@ -407,6 +409,14 @@ SAMPLES: dict[Any, list[Case]] = {
     aten.unsqueeze.default: [C(T(X3()), -1), C(T(rb(3, 4)), 0, id="bool")],
     aten.flatten.using_ints: [C(T(X4()), 1, -1)],
     aten.permute.default: [C(T(X4()), [0, 2, 3, 1]), C(T(X3()), [-1, 0, 1], id="negative"), C(T(rn(1).reshape(())), [], id="0d")],
+    aten.select_scatter.default: [C(T(X3()), T(rn(2, 5, seed=1)), 1, 2), C(T(X3()), T(rn(4, 5, seed=1)), 0, -1, id="last"),
+                                  C(T(ri(3, 4)), T(ri(3, seed=1)), 1, 0, id="int64_first")],
+    aten.slice_scatter.default: [C(T(X3()), T(rn(2, 2, 5, seed=1)), 1, 1, 3, id="middle"),
+                                 C(T(X3()), T(rn(2, 4, 2, seed=1)), 2, -2, id="to_end"),
+                                 C(T(X3()), T(rn(2, 4, 5, seed=1)), 2, None, None, id="whole"),
+                                 C(T(X3()), T(rn(2, 4, 1, seed=1)), -1, 0, 1, id="first")],
+    aten.copy.default: [C(T(X3()), T(rn(2, 4, 5, seed=1))), C(T(X3()), T(rn(5, seed=1)), id="broadcast"),
+                        C(T(X3()), T(ri(4, 5)), id="int_to_float")],
     aten.flip.default: [C(T(X4()), [0, 2]), C(T(X3()), [-1], id="negative"), C(T(ri(3, 4)), [0, 1], id="int64"),
                         C(T(rn(1).reshape(())), [], id="0d"), C(T(rn(0, 3)), [0, 1], id="empty"),
                         C(T(X3()), [], id="no_dims")],
@@ -523,6 +533,12 @@ def test_every_registered_lowering_has_samples():
     assert not missing, f"lowerings without a numeric test in tests/test_lowerings.py SAMPLES: {missing}"
 
 
+def _eager(target, args, kwargs):
+    """The op run eagerly; ``empty``'s contents are unspecified, and its lowering promises zeros."""
+    out = target(*args, **kwargs)
+    return torch.zeros_like(out) if target is aten.empty.memory_format else out
+
+
 @pytest.mark.parametrize("target,case", _cases())
 def test_lowering_matches_eager(target, case):
     assert case is not None, f"no sample inputs for the registered lowering {target}: add them to SAMPLES"
@@ -534,7 +550,7 @@ def test_lowering_matches_eager(target, case):
     assert reason is None, f"sample for {target} is rejected by its lowering's capability check: {reason}"
 
     with torch.no_grad():
-        expected = target(*eager_args, **eager_kwargs)
+        expected = _eager(target, eager_args, eager_kwargs)
     if case.outputs is not None:
         expected = [expected[i] for i in case.outputs]
     else:
@@ -588,7 +604,7 @@ def _lowered_unless_declined(target, case: Case, dtype_word: str):
         assert dtype_word in reason, reason
         return None
     with torch.no_grad():
-        expected = target(*eager_args, **eager_kwargs)
+        expected = _eager(target, eager_args, eager_kwargs)
     expected = [expected[i] for i in case.outputs] if case.outputs is not None else [expected]
     model = lower_to_onnx(gm, [tuple(t.shape) for t in tensor_inputs], [t.dtype for t in tensor_inputs],
                           size_inputs)
@@ -1074,3 +1090,24 @@ def test_negation_of_unsigned_integers_is_declined_at_compile_time():
     negs = [n for n in gm.graph.nodes if n.target is aten.neg.default]
     reasons = [_LOWERINGS[aten.neg.default].unsupported_reason(n) for n in negs]
     assert "uint8" in (reasons[0] or "") and reasons[1] is None, reasons
+
+
+def test_writes_into_a_fresh_tensor_delegate_with_their_block():
+    """``out = torch.empty(...); out[:, 0] = a; out[:, 1:] = b`` (a detector head filling its output) is, once
+    functionalised, empty + copy + select_scatter/slice_scatter: all delegated with the ops around them, and the
+    result matches eager (empty's unspecified contents are all overwritten)."""
+    class Fill(torch.nn.Module):
+        def forward(self, x):
+            out = torch.empty(x.shape[0], 3, x.shape[2], dtype=x.dtype)
+            out[:, 0] = x.sum(1)
+            out[:, 1:] = x[:, :2].sigmoid()
+            return torch.relu(out) * 2
+    x = torch.randn(2, 4, 5)
+    with torch.no_grad():
+        expected = Fill()(x)
+        actual = torch.compile(Fill(), backend="hybrid_trt")(x)
+    report = hybrid_trt.last_report()
+    assert_close(actual, expected, rtol=1e-6, atol=1e-6)
+    assert not report.inductor_ops and len(report.partitions) == 1, report.table()
+    for op in ("aten.empty.memory_format", "aten.select_scatter.default", "aten.slice_scatter.default"):
+        assert op in report.partitions[0].ops, (op, report.table())

@@ -25,11 +25,17 @@ def _on_cpu(kwargs):
     return {**{k: v for k, v in kwargs.items() if k != "pin_memory"}, "device": "cpu"}
 
 
-@lowering(aten.full.default, aten.zeros.default, aten.ones.default, aten.arange.start_step, aten.arange.start,
-          aten.arange.default, aten.scalar_tensor.default, prims.iota.default, dtypes=ANY)
+_FILLS = (aten.full.default, aten.zeros.default, aten.ones.default, aten.empty.memory_format)
+
+
+@lowering(*_FILLS, aten.arange.start_step, aten.arange.start, aten.arange.default, aten.scalar_tensor.default,
+          prims.iota.default, dtypes=ANY)
 def lower_factory(ctx, node):
-    value = node.target(*ctx.arg(node.args), **_on_cpu(ctx.arg(dict(node.kwargs))))
-    if node.target in (aten.full.default, aten.zeros.default, aten.ones.default) and value.numel():
+    if node.target is aten.empty.memory_format:  # its contents are unspecified: zeros are as good as any
+        value = torch.zeros(ctx.val(node).shape, dtype=ctx.val(node).dtype)
+    else:
+        value = node.target(*ctx.arg(node.args), **_on_cpu(ctx.arg(dict(node.kwargs))))
+    if node.target in _FILLS and value.numel():
         generic = _filled(ctx, node, shape_value(ctx, node), value.reshape(-1)[0].item())
         if generic is not None:
             return generic

@@ -1,5 +1,5 @@
 """Data movement: view family (as Reshape to the output shape, shape-generic where traced symbolic), permute,
-expand, slice/select, cat, split/unbind, pad, repeat."""
+expand, slice/select and their scatters, copy, cat, split/unbind, pad, repeat."""
 from __future__ import annotations
 
 import torch
@@ -165,6 +165,63 @@ def lower_select(ctx, node):
         picked = ctx.op("Slice", ctx.input(x), ctx.ints([index]), ctx.ints([end]), ctx.ints([dim]))
         return ctx.op("Squeeze", picked, ctx.ints([dim]))
     return ctx.op("Gather", ctx.input(x), ctx.const(index % shape[dim], torch.int64), axis=dim)
+
+
+def _check_scatter_into(node):
+    # Written as a Concat of the input's pieces around ``src`` along ``dim``: that dim's size must be known, and
+    # a strided slice_scatter (interleaved pieces) is not lowered.
+    x = node.args[0].meta.get("val")
+    dim = node.args[2] if len(node.args) > 2 else node.kwargs.get("dim", 0)
+    if not isinstance(x, torch.Tensor) or x.dim() == 0:
+        return "0-d input"
+    if not isinstance(x.shape[dims(dim, x.dim())[0]], int):
+        return "scattered dim has a symbolic size"
+    if node.target is aten.slice_scatter.default:
+        bounds = [node.args[i] if len(node.args) > i else node.kwargs.get(k, d)
+                  for i, k, d in ((3, "start", None), (4, "end", None), (5, "step", 1))]
+        if any(b is not None and not isinstance(b, int) for b in bounds):
+            return "symbolic slice bounds"
+        if bounds[2] != 1:
+            return "strided slice_scatter"
+    return None
+
+
+@lowering(aten.select_scatter.default, aten.slice_scatter.default, dtypes=ANY, check=_check_scatter_into)
+def lower_scatter_into(ctx, node):
+    x, src = node.args[:2]
+    shape = ctx.shape(x)
+    dim = dims(ctx.arg(node.args[2] if len(node.args) > 2 else node.kwargs.get("dim", 0)), len(shape))[0]
+    if node.target is aten.select_scatter.default:
+        start = int(ctx.arg(node.args[3])) % shape[dim]
+        end, piece = start + 1, ctx.op("Unsqueeze", ctx.input(src), ctx.ints([dim]))
+    else:
+        bounds = [node.args[i] if len(node.args) > i else node.kwargs.get(k) for i, k in ((3, "start"), (4, "end"))]
+        start = range(shape[dim])[slice(*bounds)].start  # ATen clamps the bounds as Python slicing does
+        end, piece = start + ctx.shape(src)[dim], ctx.input(src)
+    parts = [ctx.op("Slice", ctx.input(x), ctx.ints([0]), ctx.ints([start]), ctx.ints([dim]))] if start else []
+    parts.append(piece)
+    if end < shape[dim]:
+        parts.append(ctx.op("Slice", ctx.input(x), ctx.ints([end]), ctx.ints([shape[dim]]), ctx.ints([dim])))
+    return ctx.op("Concat", *parts, axis=dim) if len(parts) > 1 else ctx.op("Identity", piece)
+
+
+def _check_copy(node):
+    dst, src = (a.meta.get("val") if isinstance(a, fx.Node) else None for a in node.args[:2])
+    if not isinstance(dst, torch.Tensor) or not isinstance(src, torch.Tensor):
+        return "no traced values"
+    return None if dst.device == src.device else "copy between devices"
+
+
+@lowering(aten.copy.default, dtypes=ANY, check=_check_copy)
+def lower_copy(ctx, node):
+    # The functional copy: ``src`` in ``self``'s dtype, broadcast to ``self``'s shape (self's values unused).
+    dst, src = node.args[:2]
+    name = ctx.input(src)
+    if ctx.dtype(src) != ctx.dtype(dst):
+        name = ctx.cast(name, ctx.dtype(dst))
+    if ctx.shape(src) == ctx.shape(dst):
+        return ctx.op("Identity", name)
+    return ctx.op("Expand", name, ctx.op("Shape", ctx.input(dst)))
 
 
 @lowering(aten.cat.default, dtypes=ANY)
