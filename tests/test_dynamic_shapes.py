@@ -228,3 +228,33 @@ def test_a_compile_dynamo_restarts_leaves_no_report():
     new = hybrid_trt.reports()[before:]
     assert len(new) == 1, [r.table() for r in new]
     assert new[0].partitions and new[0].delegated_op_count == new[0].total_op_count, new[0].table()
+
+
+class _FixedIndexRead(nn.Module):
+    """Reads through index tensors held as buffers (constants of the partition): upsampling's x[:, :, rows, cols]
+    and a pair a slice separates."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("rows", torch.tensor([2, 0, 3]).view(3, 1))
+        self.register_buffer("cols", torch.tensor([4, 0]))
+
+    def forward(self, x):
+        y = torch.relu(x) * 2
+        return y[:, :, self.rows, self.cols].sigmoid() + 1, y[self.cols, :, self.cols] * 3
+
+
+def test_constant_index_tensors_lower_at_every_shape():
+    """Each new batch size lowers the partition again, where the constant index tensors carry no traced value: the
+    lowering reads their shapes from the lowering context, so every shape builds an engine (it once fell back to
+    Inductor at every shape after the first)."""
+    model = _FixedIndexRead().eval()
+    compiled = torch.compile(model, backend="hybrid_trt", dynamic=True)
+    for b in (5, 6, 8):
+        x = torch.randn(b, 3, 6, 6)
+        with torch.no_grad():
+            for a, e in zip(compiled(x), model(x)):
+                assert_close(a, e, rtol=1e-6, atol=1e-6, what=f"batch {b}")
+    report = hybrid_trt.last_report()
+    assert _engines(report) == [3] and not report.inductor_ops, report.table()
+    assert all(p.status == "delegated" and not p.shapes_on_inductor for p in report.partitions), report.table()

@@ -85,7 +85,7 @@ def _gather_nd(ctx, x, indices, positions: list[int]) -> str:
     data = ctx.input(x)
     if positions != list(range(len(positions))):
         data = ctx.op("Transpose", data, perm=positions + rest)
-    shape = list(torch.broadcast_shapes(*[indices[i].meta["val"].shape for i in positions]))
+    shape = list(torch.broadcast_shapes(*[ctx.shape(indices[i]) for i in positions]))
     stacked = ctx.op("Concat", *[ctx.op("Unsqueeze", ctx.op("Expand", ctx.input(indices[i], torch.int64),
                                                             ctx.ints(shape)), ctx.ints([-1]))
                                  for i in positions], axis=-1)
