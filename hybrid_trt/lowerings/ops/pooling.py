@@ -116,7 +116,7 @@ def _check_avg_pool(node):
         return None
     if any(not isinstance(d, int) for d in (*x.shape[2:], *out.shape[2:])):
         return "ceil_mode or divisor_override average pooling with symbolic spatial sizes"
-    if min(_end_pads(node)) < 0:
+    if min(_end_pads(node, x.shape[2:], out.shape[2:])) < 0:
         return "ceil_mode average pooling whose last window ends before the input (stride > kernel)"
     return None
 
@@ -133,10 +133,9 @@ def _needs_divisor(node) -> bool:
     return ceil_mode or divisor is not None
 
 
-def _end_pads(node) -> list:
+def _end_pads(node, in_hw, out_hw) -> list:
     """Bottom and right padding that make a plain window sweep produce ATen's (ceil_mode) output size."""
-    x, kernel, stride, padding = _avg_args(node)[:4]
-    in_hw, out_hw = x.meta["val"].shape[2:], node.meta["val"].shape[2:]
+    _x, kernel, stride, padding = _avg_args(node)[:4]
     return [(int(o) - 1) * s + k - int(i) - p for i, o, k, s, p in zip(in_hw, out_hw, kernel, stride, padding)]
 
 
@@ -154,7 +153,8 @@ def _avg_pool_with_divisor(ctx, node):
     reach ceil_mode's last one, averaged over the full window, times a constant per output position (the full
     window's size over ATen's divisor, computed by ATen itself on ones of the input's spatial shape)."""
     x, kernel, stride, padding, ceil_mode, include, divisor = _avg_args(node)
-    (h, w), (eh, ew), dtype = ctx.shape(x)[2:], _end_pads(node), ctx.dtype(x)
+    # The shapes from the lowering context: a recipe read back from the engine store has no traced metas.
+    (h, w), (eh, ew), dtype = ctx.shape(x)[2:], _end_pads(node, ctx.shape(x)[2:], ctx.shape(node)[2:]), ctx.dtype(x)
     ones = torch.ones(1, 1, h, w, dtype=torch.float64)
     aten_mean = torch.nn.functional.avg_pool2d(ones, kernel, stride, padding, ceil_mode, include, divisor)
     full_mean = torch.nn.functional.avg_pool2d(  # the valid share of each full window
