@@ -50,7 +50,9 @@ case ${1:?stage} in
     done
     wait
     grep -hE "^\| timm" $L/final_*.md | cut -c1-300
-    timeout 330 python3 -m pytest -q -p no:cacheprovider -o addopts= tests/test_delegates.py \
+    timeout 60 python3 -m pytest -q -p no:cacheprovider -o addopts= tests/test_lowerings.py -k cuda > $L/lower16.log 2>&1
+    echo "lowerings -k cuda rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed" $L/lower16.log | tail -8
+    timeout 290 python3 -m pytest -q -p no:cacheprovider -o addopts= tests/test_delegates.py \
       tests/test_placement.py > $L/tests.log 2>&1
     echo "tests rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed" $L/tests.log | tail -15
     tar czf $OUT/s8_final.tgz -C $OUT s8
