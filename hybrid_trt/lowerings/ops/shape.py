@@ -176,6 +176,8 @@ def _check_scatter_into(node):
         return "0-d input"
     if not isinstance(x.shape[dims(dim, x.dim())[0]], int):
         return "scattered dim has a symbolic size"
+    if node.target is aten.select_scatter.default and not isinstance(node.args[3], int):
+        return "symbolic index"
     if node.target is aten.slice_scatter.default:
         bounds = [node.args[i] if len(node.args) > i else node.kwargs.get(k, d)
                   for i, k, d in ((3, "start", None), (4, "end", None), (5, "step", 1))]
