@@ -275,6 +275,36 @@ def test_static_package_refuses_an_unlisted_shape(packages):
         loaded(torch.randn(2, 3, 32, 32))
 
 
+@pytest.mark.parametrize("given", [torch.float64, torch.float16, torch.int64, "rank", "not a tensor"])
+def test_loaded_package_refuses_another_dtype_or_rank(packages, given):
+    """The compiled code reads an input's bytes as the dtype it was exported for: a float64/float16/int input ran
+    and returned garbage (float16 read past its buffer). Now each is a TypeError naming the input, what it must be
+    and what it got; the right input still matches."""
+    loaded = hybrid_trt.load(packages["resnet18"])
+    x = torch.randn(1, 3, 32, 32)
+    bad = {"rank": x[0], "not a tensor": x.tolist()}.get(given, x.to(given) if isinstance(given, torch.dtype) else None)
+    with pytest.raises(TypeError, match=r"input '.*' must be a torch.float32 tensor of rank 4 on cpu, got"):
+        loaded(bad)
+    model = export_models.resnet18()[0].eval()
+    with torch.no_grad():
+        assert torch.allclose(loaded(x), model(x), rtol=1e-4, atol=1e-4)
+
+
+def test_export_puts_the_callers_train_and_eval_modes_back(tmp_path):
+    """Export runs the model in eval mode (the package is the eval-mode model); a model exported mid-training kept
+    training with BatchNorm and Dropout in eval mode. Each module's own mode comes back, mixed ones included."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU(),
+                                torch.nn.Dropout(0.5)).train()
+    model[3].eval()
+    modes = [m.training for m in model.modules()]
+    hybrid_trt.export(model, (torch.randn(2, 3, 8, 8),), path=tmp_path / "m.pkg")
+    assert [m.training for m in model.modules()] == modes == [True, True, True, True, False]
+    loaded, x = hybrid_trt.load(tmp_path / "m.pkg"), torch.randn(2, 3, 8, 8)
+    with torch.no_grad():
+        assert torch.allclose(loaded(x), model.eval()(x), rtol=1e-5, atol=1e-5)
+
+
 def test_verify_passes_on_a_fresh_package_in_a_fresh_process(packages):
     done = _run(["-m", "hybrid_trt.export.cli", "verify", str(packages["resnet18"])])
     assert done.returncode == 0, done.stdout + done.stderr[-2000:]

@@ -83,9 +83,10 @@ def export(model: torch.nn.Module, example_inputs, *, dynamic_shapes=None, shape
                           "AOTInductor without CUDA graphs. Drop cuda_graphs (and HYBRID_TRT_CUDA_GRAPHS) for export")
     path = pathlib.Path(path)
     staging = pkg.staging_dir(path)
-    try:
+    modes = [(m, m.training) for m in model.modules()]  # the package is the eval-mode model; the caller's modes
+    try:                                                 # are put back when export ends, whatever happens
         with torch.no_grad():
-            model = model.eval()
+            model.eval()
             eager = [_flat_outputs(model(*c)) for c in cases]
         progress("capturing with torch.export", 0, 1)
         from ..capture.exported import capture_export
@@ -139,6 +140,9 @@ def export(model: torch.nn.Module, example_inputs, *, dynamic_shapes=None, shape
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+    finally:
+        for module, training in modes:
+            module.training = training
 
 
 def _middle(capture, opts, report, store_root: pathlib.Path, n_shapes: int, example: tuple):
@@ -498,11 +502,19 @@ class DeployedModel:
         self._n_inputs = len(self.manifest["inputs"])
         self._static = all(not i["dynamic_dims"] for i in self.manifest["inputs"])
         self._listed = {tuple(tuple(s) for s in case) for case in self.manifest["shapes"]}
+        # What each input must be (name, dtype, rank), checked at every call: the compiled code reads an input's
+        # bytes as the dtype it was exported for, so any other dtype would give wrong numbers, not an error.
+        self._expected = [(i["name"], getattr(torch, i["dtype"]), len(self.manifest["shapes"][0][k]))
+                          for k, i in enumerate(self.manifest["inputs"])]
 
     def __call__(self, *inputs):
         if len(inputs) != self._n_inputs:
             raise TypeError(f"the package takes {self._n_inputs} input(s) "
                             f"({', '.join(i['name'] for i in self.manifest['inputs'])}), got {len(inputs)}")
+        for (name, dtype, rank), t in zip(self._expected, inputs):
+            if not (isinstance(t, torch.Tensor) and t.dtype == dtype and t.dim() == rank
+                    and t.device.type == self.device.type):
+                raise self._wrong_input(name, dtype, rank, t)
         if self._static and tuple(tuple(t.shape) for t in inputs) not in self._listed:
             raise self._missing_shape(inputs)
         try:
@@ -513,6 +525,14 @@ class DeployedModel:
                 raise deploy from None
             raise
         return pytree.tree_unflatten(list(flat), self._out_spec)
+
+    def _wrong_input(self, name: str, dtype: torch.dtype, rank: int, given) -> TypeError:
+        what = (f"a {given.dtype} tensor of rank {given.dim()} on {given.device}" if isinstance(given, torch.Tensor)
+                else f"a {type(given).__name__}")
+        return TypeError(f"hybrid_trt package {self.package.source}: input {name!r} must be a {dtype} tensor of "
+                         f"rank {rank} on {self.device.type}, got {what}. The package runs the dtypes, ranks and "
+                         "device it was exported for: convert the input (e.g. x.to(dtype)), or export again with "
+                         "inputs of this kind.")
 
     def _missing_shape(self, inputs):
         from ..engines.runtime import EngineNotInPackage
