@@ -128,6 +128,46 @@ def _as_names(key, v) -> tuple[str, ...]:
     return tuple(v)
 
 
+def _as_items(key, v) -> list:
+    if isinstance(v, str):
+        return [s.strip() for s in v.split(",") if s.strip()]
+    if not isinstance(v, (list, tuple, set, frozenset)):
+        raise _bad(key, v)
+    return list(v)
+
+
+def _as_op_name(key, v) -> str:
+    """An op as the partitioner matches it ("aten.convolution", "aten.add.Tensor", "mylib.decode"), from that
+    spelling, torch's "aten::convolution" or "torch.ops.aten.convolution", or the op object itself. A name that
+    resolves to no registered op is an error (a typo would otherwise keep nothing with Inductor)."""
+    import torch
+    if isinstance(v, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        name = v._schema.name if isinstance(v, torch._ops.OpOverload) else v._qualified_op_name
+        overload = getattr(v, "_overloadname", None)
+        return name.replace("::", ".") + (f".{overload}" if overload else "")
+    if not isinstance(v, str):
+        raise _bad(key, v)
+    name = v.strip().replace("::", ".").removeprefix("torch.ops.")
+    parts = name.split(".")
+    if len(parts) == 1:
+        parts = ["aten", *parts]
+    problem = None
+    if len(parts) > 3 or not all(parts):
+        problem = "is not an op name"
+    else:
+        try:
+            packet = getattr(getattr(torch.ops, parts[0]), parts[1])
+        except (AttributeError, RuntimeError):
+            problem = f"names no registered op (no {parts[0]}.{parts[1]})"
+        else:
+            if len(parts) == 3 and parts[2] not in packet.overloads():
+                problem = f"names no overload of {parts[0]}.{parts[1]} (it has {sorted(packet.overloads())})"
+    if problem:
+        raise ValueError(f"hybrid_trt option {key!r}: {v!r} {problem}. Write ops as 'aten.convolution' or "
+                         "'aten.add.Tensor' (a custom op as 'namespace.op', registered before torch.compile)")
+    return name
+
+
 def _as_dir(key, v) -> Optional[str]:
     if v is None or v == "":
         return None
@@ -166,7 +206,7 @@ def _convert(key: str, value: Any) -> Any:
     if key == "num_threads":
         return _as_int(key, value, allow_none=True)
     if key == "force_inductor_ops":
-        return frozenset(_as_names(key, value))
+        return frozenset(_as_op_name(key, v) for v in _as_items(key, value))
     if key == "precision":
         return _as_choice(key, value, PRECISIONS)
     if key == "onnxruntime_provider":

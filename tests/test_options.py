@@ -221,3 +221,39 @@ def test_cache_off_compiles_without_touching_disk(tmp_path, monkeypatch):
     report = hybrid_trt.last_report()
     assert report.partitions and [e.source for e in report.partitions[0].engines] == ["built"]
     assert not (tmp_path / "store").exists()
+
+
+@pytest.mark.parametrize("spelling", ["aten.convolution", "aten::convolution", "torch.ops.aten.convolution",
+                                      "convolution", "aten.convolution.default"])
+def test_force_inductor_ops_takes_torchs_spellings(spelling):
+    """Each spelling keeps the convolution with Inductor ("aten::op" and "torch.ops.aten.op" were accepted and
+    matched nothing)."""
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 8, 3)
+
+        def forward(self, x):
+            return self.conv(x).relu().sigmoid() * 2
+
+    compiled = torch.compile(Net().eval(), backend="hybrid_trt", options={"force_inductor_ops": [spelling]})
+    with torch.no_grad():
+        compiled(torch.randn(1, 3, 8, 8))
+    report = hybrid_trt.last_report()
+    assert [op.reason for op in report.inductor_ops if op.op == "aten.convolution.default"] == \
+        ["forced to Inductor by option force_inductor_ops"], report.table()
+
+
+def test_force_inductor_ops_objects_are_taken_by_name():
+    ops = make_options({"force_inductor_ops": [torch.ops.aten.convolution.default, torch.ops.aten.add]})
+    assert ops.force_inductor_ops == frozenset({"aten.convolution.default", "aten.add"})
+
+
+@pytest.mark.parametrize("name,problem", [("aten.convolutoin", "names no registered op"),
+                                          ("aten.add.Tensr", "names no overload of aten.add"),
+                                          ("aten.add.Tensor.x", "is not an op name"),
+                                          ("nosuchlib.op", "names no registered op")])
+def test_force_inductor_ops_names_an_op_that_does_not_exist(name, problem):
+    """A typo kept nothing with Inductor, silently; now it is a ValueError naming the option and the name."""
+    with pytest.raises(ValueError, match=rf"'force_inductor_ops': '{name}' {problem}"):
+        make_options({"force_inductor_ops": [name]})
