@@ -4,7 +4,7 @@
 
 MODEL ``transformer`` and ``detector`` are examples/models.py (small); ``renamed`` is the transformer block
 written again with other Python variable and attribute names (same weights); ``dynamic`` is the transformer
-compiled with dynamic=True and called with two batch sizes."""
+compiled with dynamic=True and called with two batch sizes (``dynamic_new``: and a third one)."""
 import json
 import pathlib
 import sys
@@ -42,8 +42,8 @@ class RenamedBlock(nn.Module):
 
 def main(backend: str, name: str) -> None:
     torch.manual_seed(0)
-    dynamic = name == "dynamic"  # symbolic batch: engines per shape, built (or loaded) at first sight
-    model, x = build("transformer" if name in ("renamed", "dynamic") else name, small=True)
+    dynamic = name in ("dynamic", "dynamic_new")  # symbolic batch: engines per shape, built (or loaded) at first sight
+    model, x = build("transformer" if name in ("renamed", "dynamic", "dynamic_new") else name, small=True)
     if name == "renamed":
         model = RenamedBlock(model).eval()
     calls = []
@@ -60,8 +60,9 @@ def main(backend: str, name: str) -> None:
         compiled = torch.compile(model, backend=backend, dynamic=dynamic or None)
         out = compiled(x)
         if dynamic:
-            other = torch.randn(3, *x.shape[1:])
-            assert torch.allclose(compiled(other), model(other), rtol=1e-4, atol=1e-4)
+            for batch in (3, 5) if name == "dynamic_new" else (3,):  # 5: a shape the first process never saw
+                other = torch.randn(batch, *x.shape[1:])
+                assert torch.allclose(compiled(other), model(other), rtol=1e-4, atol=1e-4)
     expected = expected if isinstance(expected, (tuple, list)) else (expected,)
     out = out if isinstance(out, (tuple, list)) else (out,)
     matches = all(torch.allclose(a, b, rtol=1e-4, atol=1e-4) for a, b in zip(out, expected))

@@ -71,3 +71,23 @@ def test_warm_start_reads_neither_recipe_nor_lowered_model_and_rebuilds_a_corrup
     again = run_child(tmp_path, "hybrid_trt", "transformer")
     assert again["matches"], again["tables"]
     assert {s for p in again["partitions"] for s in p["engines"]} == {"built"}, again["tables"]
+
+
+def test_a_damaged_recipe_of_a_symbolic_partition_is_found_at_compile_time_and_rebuilt(tmp_path):
+    """A warm start that meets a new shape builds its engine from the recipe. A damaged recipe made that call raise
+    (its Inductor fallback needs the recipe too); now a symbolic partition's recipe is checked when the warm start
+    loads the entry, and a damaged one is removed, with a warning, and the graph compiled again from the trace:
+    every shape, the new one included, matches eager."""
+    cold = run_child(tmp_path, "hybrid_trt", "dynamic")
+    assert cold["matches"] and cold["partitions"], cold["tables"]
+    recipes = _files(tmp_path, "recipe.pt")
+    assert recipes
+    for path in recipes:  # same size, one byte flipped: only the checksum tells
+        data = bytearray(path.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        path.write_bytes(bytes(data))
+    warm = run_child(tmp_path, "hybrid_trt", "dynamic_new")
+    assert warm["matches"] and warm["from_graph_manifest"] == [False], warm["tables"]
+    # the per-shape engines are entries of their own (intact: loaded); the new shape's is built from the recipe
+    assert [p["engines"] for p in warm["partitions"]] == [["loaded", "loaded", "built"]], warm["tables"]
+

@@ -222,6 +222,15 @@ def load_runtime(key: str, store: EngineStore, device: Optional[torch.device], p
     report = report or PartitionReport(index=-1, delegate=meta["delegate"], **meta.get("summary", {}))
     report.key = key
     files = entry.files
+    if meta["kind"] == "symbolic" and not policy.deploy:
+        # Each new shape builds its engine (or its Inductor fallback) from the recipe: read and checked now, while
+        # a damaged one can still be replaced by compiling the traced graph again (the store removed the entry
+        # and warned), not at a call, where nothing could run that shape.
+        try:
+            files[RECIPE]
+        except CorruptEntry as e:
+            logger.debug("hybrid_trt: %s: %s; rebuilt", name, e)
+            return None
     runtime = PartitionRuntime(key, name, meta["delegate"], meta["delegate_options"], device, policy, report,
                                meta["kind"] == "symbolic", store, recipe=lambda: files[RECIPE])
     if meta["kind"] == "static":
