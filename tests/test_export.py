@@ -305,6 +305,33 @@ def test_export_puts_the_callers_train_and_eval_modes_back(tmp_path):
         assert torch.allclose(loaded(x), model.eval()(x), rtol=1e-5, atol=1e-5)
 
 
+def test_loaded_package_called_from_two_threads_at_once(packages):
+    """Two threads calling one loaded package deadlocked (AOTInductor's runner lock held across its call back into
+    Python for the engine, the other thread waiting for it with the GIL). Both finish, each result matches."""
+    import threading
+    loaded = hybrid_trt.load(packages["resnet18"])
+    model, (x,) = export_models.resnet18()
+    failures, done = [], []
+
+    def work(seed):
+        g = torch.Generator().manual_seed(seed)
+        for _ in range(40):
+            xi = torch.randn(x.shape, generator=g)
+            with torch.no_grad():
+                got, expected = loaded(xi), model(xi)
+            if not torch.allclose(got, expected, rtol=1e-4, atol=1e-4):
+                failures.append(seed)
+        done.append(seed)
+
+    threads = [threading.Thread(target=work, args=(s,), daemon=True) for s in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert sorted(done) == [0, 1], "a thread did not finish: deadlock"
+    assert not failures
+
+
 def test_verify_passes_on_a_fresh_package_in_a_fresh_process(packages):
     done = _run(["-m", "hybrid_trt.export.cli", "verify", str(packages["resnet18"])])
     assert done.returncode == 0, done.stdout + done.stderr[-2000:]

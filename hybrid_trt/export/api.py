@@ -21,6 +21,7 @@ import datetime
 import json
 import pathlib
 import shutil
+import threading
 import time
 from typing import Any, Callable, Optional, Sequence
 
@@ -506,6 +507,10 @@ class DeployedModel:
         # bytes as the dtype it was exported for, so any other dtype would give wrong numbers, not an error.
         self._expected = [(i["name"], getattr(torch, i["dtype"]), len(self.manifest["shapes"][0][k]))
                           for k, i in enumerate(self.manifest["inputs"])]
+        # One call at a time: AOTInductor's runner holds its own lock while it calls back into Python for the
+        # engines (which needs the GIL), so a second thread waiting for that lock with the GIL held deadlocked
+        # both. This lock is waited for without the GIL. (The runner ran one call at a time anyway.)
+        self._call_lock = threading.Lock()
 
     def __call__(self, *inputs):
         if len(inputs) != self._n_inputs:
@@ -518,7 +523,8 @@ class DeployedModel:
         if self._static and tuple(tuple(t.shape) for t in inputs) not in self._listed:
             raise self._missing_shape(inputs)
         try:
-            flat = run_surfacing_failures(self._aoti, *inputs)
+            with self._call_lock:
+                flat = run_surfacing_failures(self._aoti, *inputs)
         except RuntimeError as e:
             deploy = _deploy_error(e)
             if deploy is not None:
