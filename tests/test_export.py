@@ -24,9 +24,9 @@ ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests
 TIMEOUT = 600
 
 
-def _run(args, **kw):
+def _run(args, timeout=TIMEOUT, **kw):
     return subprocess.run([sys.executable, *args], env=ENV, cwd=ROOT, capture_output=True, text=True,
-                          timeout=TIMEOUT, **kw)
+                          timeout=timeout, **kw)
 
 
 @pytest.fixture(scope="module")
@@ -305,31 +305,38 @@ def test_export_puts_the_callers_train_and_eval_modes_back(tmp_path):
         assert torch.allclose(loaded(x), model.eval()(x), rtol=1e-5, atol=1e-5)
 
 
+_TWO_THREADS = """
+import sys, threading, torch, hybrid_trt, export_models
+loaded = hybrid_trt.load(sys.argv[1])
+model, (x,) = export_models.resnet18()
+failures, done = [], []
+def work(seed):
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(40):
+        xi = torch.randn(x.shape, generator=g)
+        with torch.no_grad():
+            if not torch.allclose(loaded(xi), model(xi), rtol=1e-4, atol=1e-4):
+                failures.append(seed)
+    done.append(seed)
+threads = [threading.Thread(target=work, args=(s,)) for s in range(2)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+print("DONE", sorted(done), failures)
+"""
+
+
 def test_loaded_package_called_from_two_threads_at_once(packages):
     """Two threads calling one loaded package deadlocked (AOTInductor's runner lock held across its call back into
-    Python for the engine, the other thread waiting for it with the GIL). Both finish, each result matches."""
-    import threading
-    loaded = hybrid_trt.load(packages["resnet18"])
-    model, (x,) = export_models.resnet18()
-    failures, done = [], []
-
-    def work(seed):
-        g = torch.Generator().manual_seed(seed)
-        for _ in range(40):
-            xi = torch.randn(x.shape, generator=g)
-            with torch.no_grad():
-                got, expected = loaded(xi), model(xi)
-            if not torch.allclose(got, expected, rtol=1e-4, atol=1e-4):
-                failures.append(seed)
-        done.append(seed)
-
-    threads = [threading.Thread(target=work, args=(s,), daemon=True) for s in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    assert sorted(done) == [0, 1], "a thread did not finish: deadlock"
-    assert not failures
+    Python for the engine, the other thread waiting for it with the GIL held, so not even a join timeout returns):
+    in a child process with a time limit, both threads finish and every result matches."""
+    try:
+        done = _run(["-c", _TWO_THREADS, str(packages["resnet18"])], timeout=300)
+    except subprocess.TimeoutExpired:
+        pytest.fail("two threads calling one loaded package did not finish in 300 s: deadlock")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "DONE [0, 1] []" in done.stdout, done.stdout + done.stderr[-3000:]
 
 
 def test_verify_passes_on_a_fresh_package_in_a_fresh_process(packages):
