@@ -84,7 +84,7 @@ def test_missing_engine_is_a_missing_file_failure(package):
 def test_edited_versions_are_an_environment_failure(package):
     manifest = json.loads((package / pkg.MANIFEST).read_text())
     manifest["environment"]["onnxruntime"]["torch"] = "2.0.0"
-    (package / pkg.MANIFEST).write_text(json.dumps(manifest))
+    pkg.write_manifest(package, manifest)  # re-signed: the environment check is under test
     check = pkg.check_environment(pkg.open_package(package))
     assert check.passed is False and check.exit_code == pkg.EXIT_CODES["environment"]
     assert "torch: package '2.0.0', this machine" in check.detail
@@ -94,7 +94,7 @@ def test_edited_versions_are_an_environment_failure(package):
 def test_edited_versions_section_is_an_environment_failure(package, field, value):
     manifest = json.loads((package / pkg.MANIFEST).read_text())
     manifest["versions"][field] = value
-    (package / pkg.MANIFEST).write_text(json.dumps(manifest))
+    pkg.write_manifest(package, manifest)  # re-signed: the environment check is under test
     check = pkg.check_environment(pkg.open_package(package))
     assert check.passed is False and f"{field}: package {value!r}, this machine" in check.detail
 
@@ -102,7 +102,7 @@ def test_edited_versions_section_is_an_environment_failure(package, field, value
 def test_other_gpu_architecture_is_an_environment_failure(package):
     manifest = json.loads((package / pkg.MANIFEST).read_text())
     manifest["gpu_arch"] = "sm_90"
-    (package / pkg.MANIFEST).write_text(json.dumps(manifest))
+    pkg.write_manifest(package, manifest)  # re-signed: the environment check is under test
     check = pkg.check_environment(pkg.open_package(package))
     assert check.passed is False and "gpu_arch: package 'sm_90', this machine 'cpu'" in check.detail
 
@@ -144,9 +144,25 @@ def test_manifest_problems_name_what_to_do(tmp_path, package):
         pkg.open_package(tmp_path)
     manifest = json.loads((package / pkg.MANIFEST).read_text())
     manifest["format_version"] = 99
-    (package / pkg.MANIFEST).write_text(json.dumps(manifest))
+    pkg.write_manifest(package, manifest)  # with its checksum: the version check is what is under test
     with pytest.raises(pkg.PackageError, match="format version 99.*export the model again"):
         pkg.open_package(package)
+
+
+def test_an_edited_manifest_fails_its_checksum(package):
+    """The manifest lists every other file's checksum and what the package returns (output names, tolerances): a
+    one-byte edit passed verify and load before; now it fails the manifest's own checksum (exit code 5)."""
+    path = package / pkg.MANIFEST
+    raw = bytearray(path.read_bytes())
+    raw[len(raw) // 2] ^= 0x01
+    path.write_bytes(bytes(raw))
+    with pytest.raises(pkg.PackageError, match="does not match its checksum") as e:
+        pkg.open_package(package)
+    assert e.value.exit_code == pkg.EXIT_CODES["checksums"] == 5
+    (package / pkg.MANIFEST_DIGEST).unlink()
+    with pytest.raises(pkg.PackageError, match="no manifest.json.sha256") as e:
+        pkg.open_package(package)
+    assert e.value.exit_code == pkg.EXIT_CODES["files"]
 
 
 def test_publishing_never_replaces_a_directory_that_is_not_a_package(tmp_path):

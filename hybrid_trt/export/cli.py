@@ -341,8 +341,8 @@ def verify(path) -> list:
     from .package import Check, PackageError, check_environment, check_files, open_package
     try:
         package = open_package(path)
-    except PackageError as e:
-        return [Check("manifest", False, str(e))]
+    except PackageError as e:  # its check: the manifest itself, or its checksum file (missing or not matching)
+        return [Check(e.check, False, str(e))]
     checks = [Check("manifest", True, f"format {package.manifest['format_version']}, "
                     f"{len(package.manifest['partitions'])} partition(s), {len(package.manifest['files'])} files")]
     checks += check_files(package)

@@ -34,6 +34,7 @@ from typing import Any, Callable, Optional
 FORMAT = "hybrid_trt.package"
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
+MANIFEST_DIGEST = "manifest.json.sha256"  # the manifest's own sha256 (it lists every other file's)
 AOTI_PACKAGE = "model.pt2"
 ENGINES = "engines"
 REFERENCE = "reference"
@@ -77,7 +78,8 @@ def file_table(root: pathlib.Path) -> dict[str, dict]:
     """Every file under ``root`` but the manifest (and the store's last-use stamps) -> sha256 and size."""
     out = {}
     for path in sorted(root.rglob("*")):
-        if path.is_file() and path.name not in _UNTRACKED and path.relative_to(root).as_posix() != MANIFEST \
+        if path.is_file() and path.name not in _UNTRACKED \
+                and path.relative_to(root).as_posix() not in (MANIFEST, MANIFEST_DIGEST) \
                 and "locks" not in path.relative_to(root).parts:
             out[path.relative_to(root).as_posix()] = {"sha256": sha256_file(path), "size": path.stat().st_size}
     return out
@@ -86,9 +88,11 @@ def file_table(root: pathlib.Path) -> dict[str, dict]:
 def write_manifest(root: pathlib.Path, manifest: dict) -> None:
     data = json.dumps({"format": FORMAT, "format_version": FORMAT_VERSION, **manifest}, indent=1, sort_keys=False,
                       default=str)
-    tmp = root / (MANIFEST + ".tmp")
-    tmp.write_text(data, encoding="utf-8")
-    os.replace(tmp, root / MANIFEST)
+    raw = data.encode("utf-8")
+    for name, content in ((MANIFEST_DIGEST, hashlib.sha256(raw).hexdigest().encode() + b"\n"), (MANIFEST, raw)):
+        tmp = root / (name + ".tmp")
+        tmp.write_bytes(content)
+        os.replace(tmp, root / name)
 
 
 def finish(staging: pathlib.Path, path: pathlib.Path) -> pathlib.Path:
@@ -172,11 +176,13 @@ def open_package(path: os.PathLike) -> Package:
 def read_manifest(root: pathlib.Path) -> dict:
     path = root / MANIFEST
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
+        raw = path.read_bytes()
+        manifest = json.loads(raw.decode("utf-8"))
     except FileNotFoundError:
         raise PackageError(f"{root} has no {MANIFEST}: not a hybrid_trt package (or an incomplete copy)") from None
     except (OSError, ValueError) as e:
         raise PackageError(f"{path} is unreadable ({e}); the package is damaged: export it again") from None
+    _check_manifest_digest(root, raw)
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise PackageError(f"{path} is not a hybrid_trt package manifest (format {manifest.get('format')!r})")
     version = manifest.get("format_version")
@@ -187,6 +193,22 @@ def read_manifest(root: pathlib.Path) -> dict:
         if field not in manifest:
             raise PackageError(f"{path}: manifest has no {field!r}; the package is damaged: export it again")
     return manifest
+
+
+def _check_manifest_digest(root: pathlib.Path, raw: bytes) -> None:
+    """The manifest holds every other file's checksum and what the package returns: its own sha256 sits beside it,
+    so an edited or damaged manifest is found like any other file."""
+    try:
+        digest = (root / MANIFEST_DIGEST).read_text(encoding="ascii").strip()
+    except FileNotFoundError:
+        raise PackageError(f"{root} has no {MANIFEST_DIGEST} (the manifest's checksum): the package is incomplete, "
+                           "or was written before packages carried it; export it again", "files") from None
+    except (OSError, ValueError) as e:
+        raise PackageError(f"{root / MANIFEST_DIGEST} is unreadable ({e}); export the package again",
+                           "files") from None
+    if hashlib.sha256(raw).hexdigest() != digest:
+        raise PackageError(f"{root / MANIFEST} does not match its checksum ({MANIFEST_DIGEST}): the manifest was "
+                           "changed or damaged; export the package again", "checksums")
 
 
 def _extract(archive: pathlib.Path) -> pathlib.Path:
