@@ -19,19 +19,8 @@ case ${1:?stage} in
       "timm_resnest14d,timm_nf_resnet26,timm_sequencer2d_s,timm_resnet18,timm_convnext_atto,timm_efficientnet_b0,timm_regnetx_002,timm_mobilenetv4_conv_small,timm_ghostnet_050,timm_hrnet_w18_small,timm_dla34,timm_repvgg_a0,timm_rexnet_100"
       "tv_deeplabv3_mobilenet_v3_large,tv_lraspp_mobilenet_v3_large,tv_fcn_resnet50,tv_r3d_18,tv_vit_b_16,tv_swin_t,timm_vit_tiny_patch16_224,timm_fastvit_t8,timm_efficientformer_l1,timm_mobilevit_xxs,timm_edgenext_xx_small,timm_pvt_v2_b0"
     )
-    i=0
-    for dt in float16 float32; do
-      for g in "${lanes[@]}"; do
-        i=$((i+1))
-        (CONFORMANCE_LOG_DIR=$L/logs/$i timeout 580 python3 benchmarks/conformance.py --device cuda --dtype $dt \
-           --models "$g" --timeout 200 --latency-s 1 --budget-min $budget \
-           --note "H200; eight conformance lanes side by side (latency ratios within one process, GPU and 16 cores shared)" \
-           --out $L/conf_${dt}_$i.md > $L/conf_${dt}_$i.log 2>&1) &
-      done
-    done
-    wait
-    grep -hE "summary" $L/conf_*.md
-    grep -hE "^\| " $L/conf_*.md | grep -E "MISMATCH|FAILED|slow" | cut -c1-400
+    source scripts/conf_lanes.sh
+    conf_lanes $L "$budget" "H200; eight conformance lanes side by side (latency ratios within one process, GPU and 16 cores shared)" "${lanes[@]}"
     tar czf $OUT/s7_conf.tgz -C $OUT s7
     ;;
   probe)  # (at 3978965 only, where scripts/ort_sync_probe.py and OnnxRuntimeEngine.sync_every exist)

@@ -19,19 +19,8 @@ case ${1:?stage} in
       "timm_dla34,timm_edgenext_xx_small,timm_pvt_v2_b0,timm_repvgg_a0,timm_rexnet_100,tv_mnasnet0_5,tv_shufflenet_v2_x1_0,tv_squeezenet1_1"
       "tv_fasterrcnn_mobilenet_v3_large_320_fpn,tv_keypointrcnn_resnet50_fpn,tv_vit_b_16,timm_beit_base_patch16_224,timm_cait_xxs24_224"
     )
-    i=0
-    for dt in float16 float32; do
-      for g in "${lanes[@]}"; do
-        i=$((i+1))
-        (CONFORMANCE_LOG_DIR=$L/logs/$i timeout 570 python3 benchmarks/conformance.py --device cuda --dtype $dt \
-           --models "$g" --timeout 200 --latency-s 1 --budget-min $budget \
-           --note "H200; eight conformance lanes side by side (latency ratios within one process, GPU and 16 cores shared)" \
-           --out $L/conf_${dt}_$i.md > $L/conf_${dt}_$i.log 2>&1) &
-      done
-    done
-    wait
-    grep -hE "summary" $L/conf_*.md
-    grep -hE "^\| " $L/conf_*.md | grep -E "MISMATCH|FAILED|slow" | cut -c1-400
+    source scripts/conf_lanes.sh
+    conf_lanes $L "$budget" "H200; eight conformance lanes side by side (latency ratios within one process, GPU and 16 cores shared)" "${lanes[@]}"
     tar czf $OUT/s8_conf.tgz -C $OUT s8
     ;;
   tests)  # the CUDA cases of the delegate and placement tests (not all run on the H200 since their last changes)
