@@ -221,3 +221,16 @@ def test_both_front_ends_give_the_partitioner_the_same_graph():
     assert [p.ops for p in exported.partitions] == [p.ops for p in dynamo.partitions]
     assert sorted(op.op for op in exported.inductor_ops) == sorted(op.op for op in dynamo.inductor_ops)
     assert dynamo.partitions and "aten.atan2.default" in {op.op for op in dynamo.inductor_ops}
+
+
+@pytest.mark.parametrize("device", ["meta", "cuda"])
+def test_load_on_a_device_that_cannot_run_the_package_names_the_right_ones(package, device):
+    """A CPU package asked to load on "meta" told the user to export with inputs on meta; on CUDA, to export on
+    CUDA. Both are environment failures that say what the package runs on."""
+    from hybrid_trt.export.api import _load_device
+    manifest = pkg.open_package(package).manifest
+    with pytest.raises(pkg.PackageError, match="cpu") as e:
+        _load_device(manifest, device)
+    assert e.value.check == "environment"
+    if device == "meta":
+        assert "give 'cpu' or 'cuda'" in str(e.value)

@@ -647,6 +647,9 @@ def _load_device(manifest: dict, device) -> torch.device:
     if device is None:
         return built
     device = torch.device(device)
+    if device.type not in ("cpu", "cuda"):
+        raise PackageError(f"hybrid_trt.load: device {device} cannot run a package; give 'cpu' or 'cuda' (the "
+                           f"device type it was exported for: {built.type})", "environment")
     if device.type != built.type:
         raise PackageError(f"the package was compiled for {built.type}; AOTInductor code and engines are specific "
                            f"to the device type, so it cannot run on {device}. Export it with inputs on "
