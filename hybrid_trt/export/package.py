@@ -182,9 +182,9 @@ def read_manifest(root: pathlib.Path) -> dict:
         raise PackageError(f"{root} has no {MANIFEST}: not a hybrid_trt package (or an incomplete copy)") from None
     except (OSError, ValueError) as e:
         raise PackageError(f"{path} is unreadable ({e}); the package is damaged: export it again") from None
-    _check_manifest_digest(root, raw)
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise PackageError(f"{path} is not a hybrid_trt package manifest (format {manifest.get('format')!r})")
+    _check_manifest_digest(root, raw)
     version = manifest.get("format_version")
     if version != FORMAT_VERSION:
         raise PackageError(f"{path}: package format version {version!r}, this hybrid_trt reads version "
