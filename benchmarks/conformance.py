@@ -210,6 +210,7 @@ CASES: list[Case] = [
     _tv_video("r3d_18"),
     _tv_video("r2plus1d_18"),
     _tv_video("mc3_18"),
+    _tv_video("s3d", frames=16, size=224),  # max/avg pooling in 3-D; its head needs 16 frames of 224x224
     # torchvision optical flow (two images; a list of flow fields, one per refinement step)
     _tv_flow("raft_small"),
     # timm families

@@ -342,6 +342,29 @@ SAMPLES: dict[Any, list[Case]] = {
                                         C(T(rn(2, 3, 2, 3)), [7, 5], id="larger"),
                                         C(T(X4()), [4, 1], id="one_axis"),
                                         C(T(with_nan(rn(2, 3, 10, 9), 0, 45, 99, 300)), [7, 4], id="nan")],
+    # 3-D pooling (video models: S3D, X3D, MViT); 1-D pooling reaches ATen as 2-D
+    aten.max_pool3d_with_indices.default: [
+        C(T(rn(1, 2, 5, 6, 7)), [3, 3, 3], [2, 2, 2], [1, 1, 1], outputs=(0,)),
+        C(T(rn(1, 2, 4, 7, 7)), [1, 3, 3], [1, 2, 2], [0, 1, 1], [1, 1, 1], True, outputs=(0,), id="ceil"),
+        C(T(rn(1, 2, 4, 6, 6)), [2], outputs=(0,), id="one_int_window"),
+        C(T(with_nan(rn(1, 2, 5, 6, 7), 0, 57, 210, 419)), [3, 3, 3], [2, 2, 2], [1, 1, 1], outputs=(0,),
+          id="nan_inf"),
+        C(T(rn(1, 2, 5, 6, 6).to(F64)), [2, 2, 2], [1, 1, 1], [0, 0, 0], [2, 2, 2], outputs=(0,),
+          id="dilated_f64")],
+    aten.avg_pool3d.default: [C(T(rn(1, 2, 4, 6, 6)), [2, 2, 2], [2, 2, 2]),
+                              C(T(rn(1, 2, 5, 6, 7)), [3, 3, 3], [1, 2, 2], [1, 1, 1], False, False, id="pad_exclude"),
+                              C(T(rn(1, 2, 5, 7, 7)), [2, 2, 2], [2, 2, 2], [0, 0, 0], True, False,
+                                id="ceil_exclude"),
+                              C(T(rn(1, 2, 5, 8, 7)), [3, 3, 3], [2, 2, 2], [1, 1, 1], True, True,
+                                id="ceil_pad_include"),
+                              C(T(rn(1, 2, 4, 6, 6)), [3, 3, 3], [2, 2, 2], [1, 1, 1], False, True, 5,
+                                id="divisor_override"),
+                              C(T(with_nan(rn(1, 2, 5, 7, 7), 0, 34, 244)), [2, 2, 2], [2, 2, 2], [0, 0, 0], True,
+                                False, id="nan_ceil")],
+    aten._adaptive_avg_pool3d.default: [C(T(rn(1, 2, 4, 6, 6)), [1, 1, 1]),
+                                        C(T(rn(1, 2, 4, 6, 6)), [2, 3, 2], id="divisible"),
+                                        C(T(rn(1, 2, 5, 7, 9)), [2, 3, 4], id="not_divisible"),
+                                        C(T(with_nan(rn(1, 2, 5, 7, 9), 0, 45, 300)), [1, 3, 4], id="nan")],
     # reduction.py
     aten.sum.dim_IntList: [C(T(X3()), [1]), C(T(X3()), [0, -1], True, id="keepdim"),
                            C(T(ri(3, 4)), [1], id="int64")],
@@ -1132,4 +1155,36 @@ def test_writes_into_a_fresh_tensor_delegate_with_their_block():
     assert_close(actual, expected, rtol=1e-6, atol=1e-6)
     assert not report.inductor_ops and len(report.partitions) == 1, report.table()
     for op in ("aten.empty.memory_format", "aten.select_scatter.default", "aten.slice_scatter.default"):
+        assert op in report.partitions[0].ops, (op, report.table())
+
+
+class _VideoBlock(torch.nn.Module):
+    """An S3D/X3D-like block: a 3-D stem, max pooling with ceil_mode, a separable conv, average pooling that
+    excludes its padding, and an adaptive head whose output does not divide the input."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = torch.nn.Sequential(torch.nn.Conv3d(3, 4, 3, padding=1), torch.nn.BatchNorm3d(4), torch.nn.ReLU())
+        self.pool = torch.nn.MaxPool3d((1, 3, 3), (1, 2, 2), (0, 1, 1), ceil_mode=True)
+        self.sep = torch.nn.Sequential(torch.nn.Conv3d(4, 4, (1, 3, 3), padding=(0, 1, 1)),
+                                       torch.nn.Conv3d(4, 6, (3, 1, 1), padding=(1, 0, 0)), torch.nn.ReLU())
+        self.avg = torch.nn.AvgPool3d(3, 1, 1, count_include_pad=False)
+        self.head = torch.nn.AdaptiveAvgPool3d((1, 2, 3))
+
+    def forward(self, x):
+        return self.head(self.avg(self.sep(self.pool(self.stem(x))))).flatten(1)
+
+
+def test_video_block_with_3d_pooling_delegates_whole():
+    """3-D max, average and adaptive pooling lower like their 2-D forms: a video block is one partition."""
+    torch.manual_seed(0)
+    model, x = _VideoBlock().eval(), torch.randn(1, 3, 4, 9, 11)
+    with torch.no_grad():
+        expected = model(x)
+        actual = torch.compile(model, backend="hybrid_trt")(x)
+    report = hybrid_trt.last_report()
+    assert_close(actual, expected, rtol=1e-5, atol=1e-5)
+    assert not report.inductor_ops and len(report.partitions) == 1, report.table()
+    for op in ("aten.max_pool3d_with_indices.default", "aten.avg_pool3d.default",
+               "aten._adaptive_avg_pool3d.default"):
         assert op in report.partitions[0].ops, (op, report.table())

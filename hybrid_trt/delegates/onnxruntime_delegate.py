@@ -276,7 +276,8 @@ aten = torch.ops.aten
 # would make the whole partition fail to build. tests/test_lowerings.py checks that every other float64 sample
 # builds, so this set cannot silently fall short.
 NO_FLOAT64_CPU_KERNEL = frozenset({
-    aten.convolution.default, aten.avg_pool2d.default, aten._adaptive_avg_pool2d.default,
+    aten.convolution.default, aten.avg_pool2d.default, aten.avg_pool3d.default, aten._adaptive_avg_pool2d.default,
+    aten._adaptive_avg_pool3d.default,
     aten.upsample_nearest2d.vec, aten.upsample_nearest2d.default, aten.upsample_bilinear2d.vec,
     aten.upsample_bilinear2d.default, torch.ops.hybrid_trt.interpolate.default, aten.erf.default,
     aten.gelu.default, aten.softplus.default, aten.mish.default, aten.hardsigmoid.default,

@@ -1,4 +1,4 @@
-"""Max / average / adaptive-average pooling (2-D)."""
+"""Max / average / adaptive-average pooling (2-D, and 3-D for video models; 1-D reaches ATen as 2-D)."""
 from __future__ import annotations
 
 import torch
@@ -11,35 +11,48 @@ from ._util import nan_mask, only_first_output_used, where_nan
 aten = torch.ops.aten
 
 
-def _pair(v):
+# Spatial dims per op: from the op itself, never from traced metas (a recipe read back from the engine store has
+# none), and an ATen window argument may be one int for every dim.
+_SPATIAL = {aten.max_pool2d_with_indices.default: 2, aten.max_pool3d_with_indices.default: 3,
+            aten.avg_pool2d.default: 2, aten.avg_pool3d.default: 3,
+            aten._adaptive_avg_pool2d.default: 2, aten._adaptive_avg_pool3d.default: 3}
+
+
+def _ntuple(v, n: int) -> list:
     v = [int(e) for e in v]
-    return v * 2 if len(v) == 1 else v
+    return v * n if len(v) == 1 else v
 
 
-def _window(ctx, kernel, stride, padding) -> dict:
+def _window(ctx, n: int, kernel, stride, padding) -> dict:
     """ATen pooling window arguments as ONNX attributes (an empty stride means stride = kernel)."""
-    kernel = _pair(ctx.arg(kernel))
-    stride = _pair(ctx.arg(stride)) if stride else kernel
-    padding = _pair(ctx.arg(padding)) if padding is not None else [0, 0]
+    kernel = _ntuple(ctx.arg(kernel), n)
+    stride = _ntuple(ctx.arg(stride), n) if stride else kernel
+    padding = _ntuple(ctx.arg(padding), n) if padding is not None else [0] * n
     return dict(kernel_shape=kernel, strides=stride, pads=padding + padding)
 
 
+def _rank_check(node) -> str | None:
+    x, n = node.args[0].meta.get("val"), _SPATIAL[node.target]
+    if x is None or x.dim() != n + 2:
+        return f"only {n + 2}-D (N, C, {', '.join('DHW'[3 - n:])}) inputs"
+    return None
+
+
 def _check_max_pool(node):
-    x = node.args[0].meta.get("val")
-    if x is None or x.dim() != 4:
-        return "only 4-D (N, C, H, W) inputs"
-    return only_first_output_used(node)
+    return _rank_check(node) or only_first_output_used(node)
 
 
-@lowering(aten.max_pool2d_with_indices.default, dtypes=FLOAT, check=_check_max_pool)
-def lower_max_pool2d(ctx, node):
+@lowering(aten.max_pool2d_with_indices.default, aten.max_pool3d_with_indices.default, dtypes=FLOAT,
+          check=_check_max_pool)
+def lower_max_pool(ctx, node):
     args = list(node.args) + [None] * (6 - len(node.args))
     x, kernel, stride, padding, dilation, ceil_mode = args[:6]
-    dilation = _pair(ctx.arg(dilation)) if dilation is not None else [1, 1]
-    attrs = dict(_window(ctx, kernel, stride, padding), dilations=dilation, ceil_mode=int(bool(ceil_mode)))
+    n = _SPATIAL[node.target]
+    dilation = _ntuple(ctx.arg(dilation), n) if dilation is not None else [1] * n
+    attrs = dict(_window(ctx, n, kernel, stride, padding), dilations=dilation, ceil_mode=int(bool(ceil_mode)))
     xin, dtype = ctx.input(x), ctx.dtype(x)
     out = ctx.op("MaxPool", xin, **attrs)
-    if ctx.target == ORT_CPU and dtype == torch.float32:
+    if ctx.target == ORT_CPU and dtype == torch.float32 and n == 2:
         return (ctx.op("Mul", out, _mlas_window_factor(ctx, node, attrs)), None)
     nan_in_window = ctx.op("MaxPool", nan_mask(ctx, xin, dtype), **attrs)
     # ONNX Runtime's MaxPool (CPU and CUDA, seen on the H200) gives -FLT_MAX for a window of -inf only: such a
@@ -107,8 +120,8 @@ def _nonnegative(x) -> bool:
 
 def _check_avg_pool(node):
     x, out = node.args[0].meta.get("val"), node.meta.get("val")
-    if x is None or x.dim() != 4 or out is None:
-        return "only 4-D (N, C, H, W) inputs"
+    if _rank_check(node) or out is None:
+        return _rank_check(node) or "no traced output"
     window = [v for a in node.args[1:4] if isinstance(a, (list, tuple)) for v in a]
     if not all(isinstance(v, int) for v in window):
         return "pooling window given by symbolic sizes"
@@ -122,9 +135,10 @@ def _check_avg_pool(node):
 
 
 def _avg_args(node) -> list:
-    args = list(node.args) + [None] * (7 - len(node.args))
-    kernel = _pair(args[1])
-    return [args[0], kernel, _pair(args[2]) if args[2] else kernel, _pair(args[3]) if args[3] is not None else [0, 0],
+    args, n = list(node.args) + [None] * (7 - len(node.args)), _SPATIAL[node.target]
+    kernel = _ntuple(args[1], n)
+    return [args[0], kernel, _ntuple(args[2], n) if args[2] else kernel,
+            _ntuple(args[3], n) if args[3] is not None else [0] * n,
             bool(args[4]), True if args[5] is None else bool(args[5]), args[6]]
 
 
@@ -134,13 +148,13 @@ def _needs_divisor(node) -> bool:
 
 
 def _end_pads(node, in_hw, out_hw) -> list:
-    """Bottom and right padding that make a plain window sweep produce ATen's (ceil_mode) output size."""
+    """End padding per spatial dim that makes a plain window sweep produce ATen's (ceil_mode) output size."""
     _x, kernel, stride, padding = _avg_args(node)[:4]
     return [(int(o) - 1) * s + k - int(i) - p for i, o, k, s, p in zip(in_hw, out_hw, kernel, stride, padding)]
 
 
-@lowering(aten.avg_pool2d.default, dtypes=FLOAT, check=_check_avg_pool)
-def lower_avg_pool2d(ctx, node):
+@lowering(aten.avg_pool2d.default, aten.avg_pool3d.default, dtypes=FLOAT, check=_check_avg_pool)
+def lower_avg_pool(ctx, node):
     x, kernel, stride, padding, _ceil, include, _divisor = _avg_args(node)
     if _needs_divisor(node):  # ceil_mode or divisor_override: ONNX's windows differ from ATen's there
         return _avg_pool_with_divisor(ctx, node)
@@ -154,16 +168,17 @@ def _avg_pool_with_divisor(ctx, node):
     window's size over ATen's divisor, computed by ATen itself on ones of the input's spatial shape)."""
     x, kernel, stride, padding, ceil_mode, include, divisor = _avg_args(node)
     # The shapes from the lowering context: a recipe read back from the engine store has no traced metas.
-    (h, w), (eh, ew), dtype = ctx.shape(x)[2:], _end_pads(node, ctx.shape(x)[2:], ctx.shape(node)[2:]), ctx.dtype(x)
-    ones = torch.ones(1, 1, h, w, dtype=torch.float64)
-    aten_mean = torch.nn.functional.avg_pool2d(ones, kernel, stride, padding, ceil_mode, include, divisor)
-    full_mean = torch.nn.functional.avg_pool2d(  # the valid share of each full window
-        torch.nn.functional.pad(ones, [padding[1], ew, padding[0], eh]), kernel, stride)
+    size, dtype = ctx.shape(x)[2:], ctx.dtype(x)
+    end = _end_pads(node, size, ctx.shape(node)[2:])
+    avg_pool = {2: torch.nn.functional.avg_pool2d, 3: torch.nn.functional.avg_pool3d}[len(size)]
+    ones = torch.ones(1, 1, *size, dtype=torch.float64)
+    aten_mean = avg_pool(ones, kernel, stride, padding, ceil_mode, include, divisor)
+    torch_pad = [p for d in reversed(range(len(size))) for p in (padding[d], end[d])]  # last dim first
+    full_mean = avg_pool(torch.nn.functional.pad(ones, torch_pad), kernel, stride)  # valid share of each window
     factor = torch.where(full_mean > 0, aten_mean / full_mean.clamp_min(1e-300), torch.zeros(()))
     xin = ctx.input(x)
-    if any((*padding, eh, ew)):
-        xin = ctx.op("Pad", xin, ctx.ints([0, 0, padding[0], padding[1], 0, 0, eh, ew]), ctx.const(0.0, dtype),
-                     mode="constant")
+    if any((*padding, *end)):
+        xin = ctx.op("Pad", xin, ctx.ints([0, 0, *padding, 0, 0, *end]), ctx.const(0.0, dtype), mode="constant")
     out = ctx.op("AveragePool", xin, kernel_shape=kernel, strides=stride)
     if torch.equal(factor, torch.ones_like(factor)):
         return out
@@ -175,26 +190,29 @@ _MAX_WINDOWS = 64  # adaptive pooling by windows: at most this many output rows 
 
 def _check_adaptive(node):
     x = node.args[0].meta.get("val")
-    if x is None or x.dim() != 4:
-        return "only 4-D inputs"
-    h, w = int(x.shape[2]), int(x.shape[3])
-    oh, ow = (int(o) for o in node.args[1])
-    if (oh, ow) != (1, 1) and (h % oh or w % ow) and oh + ow > _MAX_WINDOWS:
+    if _rank_check(node):
+        return _rank_check(node)
+    size, out = [int(d) for d in x.shape[2:]], [int(o) for o in node.args[1]]
+    if any(s % o for s, o in zip(size, out)) and sum(out) > _MAX_WINDOWS and any(o != 1 for o in out):
         return f"output size does not divide the input size, and over {_MAX_WINDOWS} output rows and columns"
     return None
 
 
-@lowering(aten._adaptive_avg_pool2d.default, dtypes=FLOAT, check=_check_adaptive)
-def lower_adaptive_avg_pool2d(ctx, node):
-    x = node.args[0]
-    oh, ow = (int(o) for o in ctx.arg(node.args[1]))
-    if (oh, ow) == (1, 1):
+@lowering(aten._adaptive_avg_pool2d.default, aten._adaptive_avg_pool3d.default, dtypes=FLOAT,
+          check=_check_adaptive)
+def lower_adaptive_avg_pool(ctx, node):
+    x, out = node.args[0], [int(o) for o in ctx.arg(node.args[1])]
+    if all(o == 1 for o in out):
         return ctx.op("GlobalAveragePool", ctx.input(x))
-    h, w = ctx.shape(x)[2:]
-    if h % oh or w % ow:
-        return _adaptive_by_windows(ctx, _adaptive_by_windows(ctx, ctx.input(x), 2, h, oh), 3, w, ow)
-    kernel = [h // oh, w // ow]
-    return ctx.op("AveragePool", ctx.input(x), kernel_shape=kernel, strides=kernel)
+    size = ctx.shape(x)[2:]
+    if all(s % o == 0 for s, o in zip(size, out)):
+        kernel = [s // o for s, o in zip(size, out)]
+        return ctx.op("AveragePool", ctx.input(x), kernel_shape=kernel, strides=kernel)
+    # A window is a product of per-axis windows of equal size along each axis: the mean of per-axis means.
+    y = ctx.input(x)
+    for axis, (s, o) in enumerate(zip(size, out), start=2):
+        y = _adaptive_by_windows(ctx, y, axis, s, o)
+    return y
 
 
 def _adaptive_by_windows(ctx, x: str, axis: int, size: int, out: int) -> str:
