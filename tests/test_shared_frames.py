@@ -181,3 +181,88 @@ def test_a_buffer_the_model_updates_itself_is_no_change_from_outside(hybrid_logs
             assert_close(fast(x), twin(x), rtol=1e-5, atol=1e-5)
     assert float(model.count) == float(twin.count) == 4.0
     assert not [r for r in hybrid_logs.records if "changed in place" in r.getMessage()]
+
+
+# -- weights changed in place after compile (same tensors, new contents) ------------------------------------------
+def _conv_bn(seed=0):
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 8, 3),
+                         nn.BatchNorm2d(8), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 5))
+
+
+def _recompiles(logs):
+    return [r for r in logs.records if "compiling it again for the new weights" in r.getMessage()]
+
+
+def test_weights_loaded_in_place_after_compile_are_used(hybrid_logs):
+    """``load_state_dict`` copies into the tensors the engines baked (same identities): the next call compiles
+    the graph again for the new contents, with one warning, and matches eager; later calls compile nothing."""
+    model, x = _conv_bn().eval(), torch.randn(2, 3, 8, 8)
+    fast = torch.compile(model, backend="hybrid_trt")
+    with torch.no_grad():
+        assert_close(fast(x), model(x), rtol=1e-5, atol=1e-5)
+        other = _conv_bn(seed=1).eval()
+        for m in other.modules():
+            if isinstance(m, nn.BatchNorm2d):
+                m.running_mean.uniform_(-1, 1)
+                m.running_var.uniform_(0.5, 2)
+        model.load_state_dict(other.state_dict())
+        for _ in range(3):
+            assert_close(fast(x), other(x), rtol=1e-5, atol=1e-5)
+    assert len(_recompiles(hybrid_logs)) == 1, [r.getMessage() for r in hybrid_logs.records]
+    assert any(p.status == "delegated" for p in hybrid_trt.last_report().partitions), hybrid_trt.last_report().table()
+
+
+def test_batch_norm_statistics_updated_by_a_train_mode_forward_are_used(hybrid_logs):
+    """eval, then a train-mode forward (batch norm updates its running statistics in place), then eval again: the
+    eval graph's engines had the old statistics baked; it is compiled again and reads the new ones, as eager."""
+    model, twin, x = _conv_bn().eval(), _conv_bn().eval(), torch.randn(2, 3, 8, 8)
+    fast = torch.compile(model, backend="hybrid_trt")
+    with torch.no_grad():
+        fast(x)
+        model.train(), twin.train()
+        fast(x + 1), twin(x + 1)
+        model.eval(), twin.eval()
+        assert_close(fast(x), twin(x), rtol=1e-4, atol=1e-4)
+    assert _recompiles(hybrid_logs), [r.getMessage() for r in hybrid_logs.records]
+
+
+def test_a_graph_updating_its_own_statistics_is_not_compiled_again(hybrid_logs):
+    """A train-mode forward under no_grad updates batch-norm statistics inside the call: no change from outside."""
+    model, twin = _conv_bn().train(), _conv_bn().train()
+    fast = torch.compile(model, backend="hybrid_trt", options={"min_block_size": 1})
+    with torch.no_grad():
+        for step in range(3):
+            x = torch.randn(2, 3, 8, 8)
+            assert_close(fast(x), twin(x), rtol=1e-4, atol=1e-4, what=f"step {step}")
+    assert not _recompiles(hybrid_logs), [r.getMessage() for r in hybrid_logs.records]
+
+
+def test_weights_changed_in_place_past_the_bound_run_through_inductor(monkeypatch, hybrid_logs):
+    monkeypatch.setattr(baked_weights, "MAX_WEIGHT_SETS", 1)
+    model, x = _conv_bn().eval(), torch.randn(2, 3, 8, 8)
+    fast = torch.compile(model, backend="hybrid_trt")
+    with torch.no_grad():
+        fast(x)
+        for seed in (1, 2, 3):
+            model.load_state_dict(_conv_bn(seed).state_dict())
+            assert_close(fast(x), model(x), rtol=1e-5, atol=1e-5, what=f"weights {seed}")
+    assert len(_recompiles(hybrid_logs)) == 1
+    bound = [r for r in hybrid_logs.records if "through Inductor alone, which reads them" in r.getMessage()]
+    assert len(bound) == 1 and bound[0].levelno == logging.WARNING
+
+
+def test_a_model_of_inference_tensors_compiles_and_runs():
+    """Inference tensors have no version counter: their weights are left out of the per-call version check."""
+    with torch.inference_mode():
+        model, x = _conv_bn().eval(), torch.randn(2, 3, 8, 8)
+        expected = model(x)
+        assert_close(torch.compile(model, backend="hybrid_trt")(x), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_few_weight_versions_are_read_per_call():
+    weights = {i: (nn.Parameter(torch.ones(1)) if i % 3 else torch.ones(1)) for i in range(1, 313)}
+    picked = baked_weights._versioned(None, weights, [])
+    assert len(picked) == 2 * baked_weights.VERSIONS_CHECKED
+    assert any(isinstance(weights[i], nn.Parameter) for i in picked)
+    assert any(not isinstance(weights[i], nn.Parameter) for i in picked)

@@ -11,6 +11,14 @@ A buffer other than batch-norm statistics is state rather than a weight (camera 
 place between frames): its version counter is compared at every call (``state_buffers``), and once it changed
 the graph runs through Inductor alone, which reads it at each call.
 
+Weights changed in place (``load_state_dict``, a train-mode forward updating batch-norm statistics, an optimizer
+step) keep their identity, so the identity check cannot see them: the version counters of up to
+``VERSIONS_CHECKED`` parameters and as many batch-norm statistics, spread over the graph's weights, are read
+before and after each call (2-3 us per call with EfficientNet-B0's 312 arguments on the 2-core CPU). Such updates
+change every weight or every statistic, so a sample sees them; a change to a few weights elsewhere may not be
+seen (README: call ``torch._dynamo.reset()``). A change compiles the graph again for the new
+contents, whose engines the store keys by content (up to ``MAX_WEIGHT_SETS`` times, then Inductor alone).
+
 So the callable Dynamo's frame calls compares weights it is passed, by identity, with those baked: up to
 ``CHECKED`` of them, spread over the graph's weight inputs (instances of a module class differ in every weight; all
 312 of EfficientNet-B0's took 13-24 us per call on the 2-core CPU; with eight the wrapper adds 2.7 us, mostly
@@ -45,6 +53,7 @@ def copy_graph(gm: fx.GraphModule) -> fx.GraphModule:
 
 MAX_WEIGHT_SETS = 16  # compiles with engines per captured graph; further weight sets run through Inductor alone
 CHECKED = 8  # weights compared per call
+VERSIONS_CHECKED = 4  # parameters, and as many other weights, whose version counters are read per call
 
 
 def _spread(positions: list, n: int) -> list:
@@ -86,11 +95,14 @@ def checked(compiled: Callable, weights: Mapping[int, torch.Tensor], original: f
     pick = operator.itemgetter(*positions)
     ids = (lambda args: (id(pick(args)),)) if len(positions) == 1 else (lambda args: tuple(map(id, pick(args))))
     expected = ids([weights.get(i) for i in range(positions[-1] + 1)])
-    others = _OtherWeights(original, positions, ids, graph_index, compile_hybrid)
+    state = state_buffers(original, weights)
+    versioned = _versioned(original, weights, state)
+    others = _OtherWeights(original, positions, ids, graph_index, compile_hybrid, versioned)
     stale = [False]
     for i in positions:
         weakref.finalize(weights[i], stale.__setitem__, 0, True)
-    state = state_buffers(original, weights)
+    if versioned:
+        compiled = _Refreshed(compiled, versioned, [weights[i] for i in versioned], others)
     if not state:
         def call(*args):
             if not stale[0] and ids(args) == expected:
@@ -121,17 +133,76 @@ def checked(compiled: Callable, weights: Mapping[int, torch.Tensor], original: f
     return call_watching_state
 
 
+def _versioned(original: fx.GraphModule, weights: Mapping[int, torch.Tensor], state: list) -> list:
+    """Positions of the weights whose version counters are compared per call: up to ``VERSIONS_CHECKED``
+    parameters and as many other weights (batch-norm statistics), spread over the graph. Inference tensors have no version
+    counter (a model built under ``torch.inference_mode()``) and are left out."""
+    candidates = [i for i in sorted(weights) if i not in state and not weights[i].is_inference()]
+    params = [i for i in candidates if isinstance(weights[i], torch.nn.Parameter)]
+    buffers = [i for i in candidates if not isinstance(weights[i], torch.nn.Parameter)]
+    return sorted(_spread(params, VERSIONS_CHECKED) + _spread(buffers, VERSIONS_CHECKED))
+
+
+_version = operator.attrgetter("_version")
+
+
+class _Refreshed:
+    """``compiled`` while the sampled weights keep the versions they had when it was compiled; once one changed
+    in place (new weights loaded into the same tensors), a compile of the captured graph for the new contents.
+    Versions are read again after each call: a graph that updates its own statistics (a train-mode forward) is
+    no change from outside."""
+
+    def __init__(self, compiled: Callable, positions: list, tensors: list, others: "_OtherWeights"):
+        self.compiled, self.others = compiled, others
+        self.pick = operator.itemgetter(*positions, positions[0])  # two or more: itemgetter returns a tuple
+        self.seen = tuple(map(_version, tensors + tensors[:1]))
+
+    def versions(self, args) -> tuple:
+        return tuple(map(_version, self.pick(args)))
+
+    def __call__(self, *args):
+        if self.versions(args) != self.seen:
+            with self.others.lock:
+                if self.versions(args) != self.seen:
+                    self.compiled = self.others.recompile(list(args))
+                    self.seen = self.versions(args)
+        out = self.compiled(*args)
+        self.seen = self.versions(args)
+        return out
+
+
 class _OtherWeights:
     """Compiles of the captured graph for other weights, by the ids of those weights, made at their first call
     under a lock (two threads with new weights compile once)."""
 
     def __init__(self, gm: fx.GraphModule, positions: list, ids: Callable, graph_index: int,
-                 compile_hybrid: Callable):
+                 compile_hybrid: Callable, versioned: list = ()):
         self.gm, self.positions, self.ids, self.graph_index = gm, positions, ids, graph_index
-        self.compile_hybrid = compile_hybrid
+        self.compile_hybrid, self.versioned = compile_hybrid, list(versioned)
         self.compiled: dict = {}  # ids of the weights -> callable
         self.plain = None  # Inductor alone, past MAX_WEIGHT_SETS
+        self.refreshes = 0  # compiles for weights changed in place
         self.lock = threading.Lock()
+
+    def recompile(self, args: list) -> Callable:
+        """A compile for weights changed in place since the last one (called under ``lock``)."""
+        self.refreshes += 1
+        if self.refreshes > MAX_WEIGHT_SETS:
+            if self.plain is None:
+                logger.warning("hybrid_trt: graph %d: weights were changed in place %d times; from now on it runs "
+                               "through Inductor alone, which reads them at every call", self.graph_index,
+                               MAX_WEIGHT_SETS)
+                self.plain = self._inductor(args)
+            return self.plain
+        logger.warning("hybrid_trt: graph %d: weights baked into its engines were changed in place (e.g. "
+                       "load_state_dict, or batch-norm statistics updated by a train-mode forward); compiling it "
+                       "again for the new weights", self.graph_index)
+        try:
+            return self.compile_hybrid(copy_graph(self.gm), args)
+        except Exception as e:  # noqa: BLE001 - Inductor alone serves them then
+            logger.warning("hybrid_trt: graph %d: compiling it for the new weights failed (%s: %s); it runs "
+                           "through Inductor alone", self.graph_index, type(e).__name__, e)
+            return self._inductor(args)
 
     def __call__(self, args):
         key = self.ids(args)
@@ -158,6 +229,8 @@ class _OtherWeights:
             logger.warning("hybrid_trt: graph %d: compiling it for other weights failed (%s: %s); those calls run "
                            "through Inductor alone", self.graph_index, type(e).__name__, e)
             fn = self._inductor(args)
+        if self.versioned:
+            fn = _Refreshed(fn, self.versioned, [args[i] for i in self.versioned], self)
         self.compiled[key] = fn
         for i in self.positions:
             weakref.finalize(args[i], self.compiled.pop, key, None)
