@@ -305,6 +305,22 @@ def test_export_puts_the_callers_train_and_eval_modes_back(tmp_path):
         assert torch.allclose(loaded(x), model.eval()(x), rtol=1e-5, atol=1e-5)
 
 
+def test_one_listed_shape_other_than_the_examples_is_the_shape_exported(tmp_path):
+    """``shapes`` lists the shapes to build engines for: a single listed shape that differs from the example's
+    is the static shape of the package (it was traced at the example's shape: every listed-shape run fell back,
+    and export failed, or the process aborted inside ONNX Runtime)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3),
+                                torch.nn.Softmax(-1)).eval()
+    path = hybrid_trt.export(model, (torch.randn(2, 4),), path=tmp_path / "one.pkg", shapes=[{"input": (1, 4)}],
+                             options={"min_block_size": 1})
+    loaded, x = hybrid_trt.load(path), torch.randn(1, 4)
+    with torch.no_grad():
+        assert torch.allclose(loaded(x), model(x), rtol=1e-5, atol=1e-5)
+    with pytest.raises(LookupError, match=r"engines for \['1x4'\]"):
+        loaded(torch.randn(2, 4))
+
+
 _TWO_THREADS = """
 import sys, threading, torch, hybrid_trt, export_models
 loaded = hybrid_trt.load(sys.argv[1])

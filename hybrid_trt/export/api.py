@@ -77,7 +77,8 @@ def export(model: torch.nn.Module, example_inputs, *, dynamic_shapes=None, shape
     cases = _cases(args, names, shapes)
     if dynamic_shapes is None and len({tuple(tuple(t.shape) for t in c) for c in cases}) > 1:
         dynamic_shapes = _derived_dynamic_shapes(cases, names)
-    export_args = max(cases, key=lambda c: sum(t.numel() for t in c)) if dynamic_shapes is not None else args
+    # Static: the listed shape is the one traced (a single listed shape may differ from the example's).
+    export_args = max(cases, key=lambda c: sum(t.numel() for t in c)) if dynamic_shapes is not None else cases[0]
     opts = make_options(options)
     if opts.cuda_graphs:  # (also read by placement="measured", which would time for replays that never happen)
         raise ExportError("hybrid_trt.export: cuda_graphs is a torch.compile setting; a package runs its graph through "
