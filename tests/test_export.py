@@ -321,6 +321,50 @@ def test_one_listed_shape_other_than_the_examples_is_the_shape_exported(tmp_path
         loaded(torch.randn(2, 4))
 
 
+def _mlp():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3)).eval()
+
+
+class _WithNone(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.lin(x).relu(), None
+
+
+@pytest.mark.parametrize("case", ["unbounded dim", "listed dtype", "None output"])
+def test_export_refuses_what_a_package_cannot_hold_with_a_clear_error(tmp_path, case):
+    """Each failed deep inside torch or sympy ('Infinity' object has no attribute '_mpf_', mat1 and mat2 must
+    have the same dtype, Could not infer dtype of NoneType); now an ExportError saying what to change."""
+    from torch.export import Dim
+    model, x, kwargs = _mlp(), torch.randn(2, 4), {}
+    if case == "unbounded dim":
+        kwargs, match = {"dynamic_shapes": {"input": {0: Dim("b")}}}, "dynamic without an upper bound"
+    elif case == "listed dtype":
+        kwargs, match = {"shapes": [(torch.randn(2, 4),), (torch.randn(3, 4).double(),)]}, \
+            "input 'input' is torch.float64 on cpu, the example torch.float32"
+    else:
+        model, match = _WithNone().eval(), r"output 1: NoneType"
+    with pytest.raises(hybrid_trt.ExportError, match=match):
+        hybrid_trt.export(model, (x,), path=tmp_path / "p.pkg", options={"min_block_size": 1}, **kwargs)
+    assert not (tmp_path / "p.pkg").exists()
+
+
+def test_a_bounded_dim_exports_one_engine_for_its_range(tmp_path):
+    from torch.export import Dim
+    model = _mlp()
+    path = hybrid_trt.export(model, (torch.randn(2, 4),), path=tmp_path / "b.pkg", options={"min_block_size": 1},
+                             dynamic_shapes={"input": {0: Dim("b", min=1, max=64)}})
+    loaded = hybrid_trt.load(path)
+    with torch.no_grad():
+        for b in (1, 5, 64):
+            x = torch.randn(b, 4)
+            assert torch.allclose(loaded(x), model(x), rtol=1e-5, atol=1e-5), b
+
+
 _TWO_THREADS = """
 import sys, threading, torch, hybrid_trt, export_models
 loaded = hybrid_trt.load(sys.argv[1])

@@ -96,6 +96,7 @@ def export(model: torch.nn.Module, example_inputs, *, dynamic_shapes=None, shape
             capture = capture_export(model, export_args, dynamic_shapes=dynamic_shapes)
         except Exception as e:
             raise ExportError(f"torch.export could not capture the model: {type(e).__name__}: {e}") from e
+        _check_bounded(capture, names)
         progress("partitioning and building engines", 0, 1)
         report = new_report()
         store_root = staging / pkg.ENGINES
@@ -172,11 +173,35 @@ def dim_ranges(capture, example: tuple) -> tuple:
                 continue
             expr = size.node.expr
             r = ranges.get(expr)
-            if r is None or not (r.lower.is_finite and r.upper.is_finite) or str(expr) in out:
+            if r is None or not (_finite(r.lower) and _finite(r.upper)) or str(expr) in out:
                 continue
             lo, hi = int(r.lower), int(r.upper)
             out[str(expr)] = (str(expr), lo, min(max(int(example[k].shape[d]), lo), hi), hi)
     return tuple(out[name] for name in sorted(out))
+
+
+def _check_bounded(capture, names: list[str]) -> None:
+    """Every dynamic dimension needs a finite range: a package's engines cover a known range of sizes (TensorRT
+    builds a profile for it) and ``verify`` checks the listed ones."""
+    ranges = capture.program.range_constraints
+    for k, i in enumerate(capture.user_inputs):
+        for d, size in enumerate(capture.inputs[i].shape):
+            if isinstance(size, int) or not size.node.expr.is_Symbol:
+                continue
+            r = ranges.get(size.node.expr)
+            if r is not None and not _finite(r.upper):
+                name = names[k] if k < len(names) else f"input_{k}"
+                raise ExportError(
+                    f"hybrid_trt.export: dimension {d} of input {name!r} is dynamic without an upper bound; a "
+                    "package covers a known range of sizes. Give it one (torch.export.Dim(name, min=..., max=...) "
+                    "in dynamic_shapes), or list the sizes to cover with shapes=[...]")
+
+
+def _finite(bound) -> bool:
+    """Whether a range bound is a number: torch.export writes an unbounded Dim's max as torch's own int_oo, whose
+    sympy ``is_finite`` says True."""
+    from torch.utils._sympy.numbers import int_oo
+    return bound not in (int_oo, -int_oo) and bool(bound.is_finite)
 
 
 class _Stitched(torch.nn.Module):
@@ -222,8 +247,8 @@ def _reexport(stitched: torch.fx.GraphModule, capture, example: tuple):
             if expr.is_Symbol:
                 if expr not in dims:
                     r = ranges.get(expr)
-                    lo = int(r.lower) if r is not None and r.lower.is_finite else 0
-                    hi = int(r.upper) if r is not None and r.upper.is_finite else None
+                    lo = int(r.lower) if r is not None and _finite(r.lower) else 0
+                    hi = int(r.upper) if r is not None and _finite(r.upper) else None
                     dims[expr] = Dim(str(expr), min=max(lo, 0), max=hi) if hi is not None else Dim(str(expr), min=lo)
                 per_input[d] = dims[expr]
             else:
@@ -398,6 +423,11 @@ def _cases(args: tuple, names: list[str], shapes) -> list[tuple]:
         if isinstance(entry, (tuple, list)) and all(isinstance(t, torch.Tensor) for t in entry):
             if len(entry) != len(args):
                 raise ExportError(f"shapes entry has {len(entry)} tensors; the model takes {len(args)}")
+            for name, t, example in zip(names, entry, args):
+                if (t.dtype, t.device) != (example.dtype, example.device):
+                    raise ExportError(f"shapes entry {len(cases)}: input {name!r} is {t.dtype} on {t.device}, the "
+                                      f"example {example.dtype} on {example.device}; a package takes the example's "
+                                      "dtypes and device (export once per dtype)")
             cases.append(tuple(entry))
             continue
         if not isinstance(entry, dict):
@@ -447,6 +477,11 @@ def _derived_dynamic_shapes(cases: list[tuple], names: list[str]) -> tuple:
 
 def _flat_outputs(out) -> list[torch.Tensor]:
     leaves = pytree.tree_leaves(out)
+    odd = [f"output {i}: {type(x).__name__}" for i, x in enumerate(leaves)
+           if not isinstance(x, (torch.Tensor, bool, int, float))]
+    if odd:
+        raise ExportError(f"hybrid_trt.export: the model returns values a package cannot ({', '.join(odd)}, "
+                          "counted over its flattened outputs); return tensors (in tuples, lists or dicts) only")
     return [x.detach() if isinstance(x, torch.Tensor) else torch.as_tensor(x) for x in leaves]
 
 
