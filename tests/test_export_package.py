@@ -176,6 +176,25 @@ def test_publishing_never_replaces_a_directory_that_is_not_a_package(tmp_path):
     shutil.rmtree(staging)
 
 
+@pytest.mark.parametrize("name", ["data.zip", "data.tar", "data"])
+def test_publishing_never_replaces_a_file_that_is_not_a_package(tmp_path, name):
+    """A file at the package path (a user's own archive or data) was overwritten without a check; now it is
+    refused like a directory, while a package archive of our own is replaced."""
+    target = tmp_path / name
+    target.write_text("user data")
+    staging = _write_package(tmp_path / "staging")
+    with pytest.raises(pkg.PackageError, match="not a hybrid_trt package; refusing"):
+        pkg.finish(staging, target)
+    assert target.read_text() == "user data"
+    if name != "data":
+        target.unlink()
+        pkg.finish(staging, target)  # our own archive ...
+        pkg.finish(_write_package(tmp_path / "staging2"), target)  # ... is replaced by the next export
+        pkg.open_package(target)
+    else:
+        shutil.rmtree(staging)
+
+
 def test_cli_argument_parsing():
     assert cli.parse_shape("x=1x3x224x224") == {"x": (1, 3, 224, 224)}
     assert cli.parse_shape("a=2x3,b=4") == {"a": (2, 3), "b": (4,)}

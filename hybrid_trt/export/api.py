@@ -84,6 +84,7 @@ def export(model: torch.nn.Module, example_inputs, *, dynamic_shapes=None, shape
         raise ExportError("hybrid_trt.export: cuda_graphs is a torch.compile setting; a package runs its graph through "
                           "AOTInductor without CUDA graphs. Drop cuda_graphs (and HYBRID_TRT_CUDA_GRAPHS) for export")
     path = pathlib.Path(path)
+    pkg.check_replaceable(path)  # before any work: export replaces only a package of its own
     staging = pkg.staging_dir(path)
     modes = [(m, m.training) for m in model.modules()]  # the package is the eval-mode model; the caller's modes
     try:                                                 # are put back when export ends, whatever happens

@@ -128,11 +128,40 @@ def staging_dir(path: pathlib.Path) -> pathlib.Path:
     return pathlib.Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
 
 
-def _remove(path: pathlib.Path) -> None:
+def check_replaceable(path: pathlib.Path) -> None:
+    """Raise PackageError unless ``path`` is free, an empty directory or a hybrid_trt package (directory, .zip or
+    .tar): export replaces only its own output. Checked before export starts and again when it publishes."""
+    path = pathlib.Path(path)
+    if not path.exists() and not path.is_symlink():
+        return
     if path.is_dir() and not path.is_symlink():
-        if not (path / MANIFEST).is_file() and any(path.iterdir()):
-            raise PackageError(f"{path} exists and is not a hybrid_trt package; refusing to replace it. "
-                               "Choose another --out path or remove it.")
+        ours = (path / MANIFEST).is_file() or not any(path.iterdir())
+    else:
+        ours = _archive_holds_manifest(path)
+    if not ours:
+        raise PackageError(f"{path} exists and is not a hybrid_trt package; refusing to replace it. "
+                           "Choose another --out path or remove it.")
+
+
+def _archive_holds_manifest(path: pathlib.Path) -> bool:
+    # Both tests, not the first that answers: zipfile.is_zipfile finds a zip's signature inside a tar of our files
+    # too (torch.save writes zips).
+    try:
+        if tarfile.is_tarfile(path):
+            with tarfile.open(path) as t:
+                if MANIFEST in t.getnames():
+                    return True
+        if zipfile.is_zipfile(path):
+            with zipfile.ZipFile(path) as z:
+                return MANIFEST in z.namelist()
+    except (OSError, zipfile.BadZipFile, tarfile.TarError):
+        return False
+    return False
+
+
+def _remove(path: pathlib.Path) -> None:
+    check_replaceable(path)
+    if path.is_dir() and not path.is_symlink():
         shutil.rmtree(path)
     else:
         path.unlink()
