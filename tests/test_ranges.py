@@ -18,6 +18,7 @@ BOUNDS = {"s0": (1, 4, 8), "s1": (3, 3, 5)}
 def test_plan_text_profile_and_cover():
     plan = ranges.plan_range([[S, 3, 16], [S, 6], [T]], [[S, 16], [2 * S]], [], BOUNDS)
     assert plan.text() == "[1..8]x3x16, [1..8]x6, [3..5]"
+    assert plan.text(name_ties=True) == "s0:[1..8]x3x16, s0:[1..8]x6, [3..5]" and plan.ties()
     assert plan.outputs == (("s0", 16), ("2*s0",))
     # TensorRT's profile: per input (min, opt, max); opt is the declared opt, not the middle of the range.
     assert plan.profile() == [((1, 3, 16), (4, 3, 16), (8, 3, 16)), ((1, 6), (4, 6), (8, 6)), ((3,), (3,), (5,))]

@@ -50,14 +50,22 @@ class RangePlan:
         return cls({k: tuple(int(x) for x in v) for k, v in data["symbols"].items()},
                    tuple(tuple(d) for d in data["inputs"]), tuple(tuple(d) for d in data["outputs"]))
 
-    def text(self) -> str:
-        """``[2..8]x3x16x16, [2..8]x6``: the input shapes the engine covers."""
+    def text(self, name_ties: bool = False) -> str:
+        """``[2..8]x3x16x16, [2..8]x6``: the input shapes the engine covers. ``name_ties``: a size several
+        dimensions share (one symbol) is named, ``s0:[2..8]x3x16x16, s0:[2..8]x6`` (those must be equal)."""
+        uses = [d for shape in self.inputs for d in shape if not isinstance(d, int)]
+
         def dim(d):
             if isinstance(d, int):
                 return str(d)
             lo, _opt, hi = self.symbols[d]
-            return f"[{lo}..{hi}]"
+            return f"{d}:[{lo}..{hi}]" if name_ties and uses.count(d) > 1 else f"[{lo}..{hi}]"
         return ", ".join("x".join(dim(d) for d in shape) for shape in self.inputs)
+
+    def ties(self) -> bool:
+        """Whether one symbol sizes more than one input dimension."""
+        uses = [d for shape in self.inputs for d in shape if not isinstance(d, int)]
+        return len(uses) != len(set(uses))
 
     def point(self, which: str) -> dict:
         """Symbol values at ``min``, ``opt`` or ``max``."""

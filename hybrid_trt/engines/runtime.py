@@ -563,11 +563,13 @@ class PartitionRuntime:
         logger.warning("hybrid_trt: %s (%s) falls back to Inductor: %s", self.name, self.delegate.name, why)
 
     def _not_in_package(self, signature: str) -> EngineNotInPackage:
-        ranges = [plan.text() for plan, _key, _engine in self.ranged]
+        ranges = [plan.text(name_ties=True) for plan, _key, _engine in self.ranged]
         return EngineNotInPackage(
             f"{self.name} ({self.delegate.name}) has no engine for input shapes [{signature}]; the package has "
             + " and ".join([f"engines for {list(self.deploy_signatures)}"] * bool(self.deploy_signatures or not ranges)
                            + [f"an engine for each input-shape range {ranges}"] * bool(ranges))
+            + (" (dimensions named by one symbol, e.g. s0:[1..8], are one size: they must be equal)"
+               if any(plan.ties() for plan, _key, _engine in self.ranged) else "")
             + ". Export the model again listing this shape or a range that holds it "
             "(hybrid_trt.export(..., shapes=[...], dynamic_shapes=...) or hybrid-trt export --shape ... --dynamic ...)")
 
