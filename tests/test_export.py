@@ -457,3 +457,7 @@ def test_inspect_and_bench(packages, capsys):
                      "--model", "export_models:resnet18"]) == 0
     out = capsys.readouterr().out
     assert "package median ms" in out and "eager median ms" in out
+    # a factory for another model: a usage error saying so, not a traceback
+    assert cli.main(["bench", str(packages["resnet18"]), "--iters", "1", "--warmup", "0",
+                     "--model", "export_models:two_inputs"]) == cli.EXIT_USAGE
+    assert "does not take the package's reference inputs" in capsys.readouterr().err

@@ -210,6 +210,20 @@ def test_cli_argument_parsing():
         cli.load_factory("no_colon")
 
 
+def test_factory_errors_say_what_is_wrong(tmp_path, monkeypatch):
+    """A non-callable attribute was reported as missing, and a factory that raised gave a raw traceback."""
+    (tmp_path / "user_factories.py").write_text(
+        "not_a_model = 5\n"
+        "def broken():\n    raise RuntimeError('factory boom')\n"
+        "def one_thing():\n    return 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name, match in (("missing", "has no function 'missing'"), ("not_a_model", "is a int, not a function"),
+                        ("broken", r"broken\(\) raised RuntimeError: factory boom"),
+                        ("one_thing", r"must return \(model, example_inputs\)")):
+        with pytest.raises(cli.UsageError, match=match):
+            cli.load_factory(f"user_factories:{name}")
+
+
 def test_every_command_has_help(capsys):
     for command in ([], ["export"], ["inspect"], ["verify"], ["bench"]):
         with pytest.raises(SystemExit) as e:

@@ -239,10 +239,16 @@ def load_factory(spec: str):
     if not sep or not module_name or not attr:
         raise UsageError(f"{spec!r}: expected MODULE:FACTORY, e.g. examples.models:resnet18_example")
     module = import_user_module(module_name)
-    factory = getattr(module, attr, None)
-    if not callable(factory):
+    if not hasattr(module, attr):
         raise UsageError(f"{module_name} has no function {attr!r}")
-    result = factory()
+    factory = getattr(module, attr)
+    if not callable(factory):
+        raise UsageError(f"{module_name}.{attr} is a {type(factory).__name__}, not a function; MODULE:FACTORY "
+                         "names a function returning (model, example_inputs)")
+    try:
+        result = factory()
+    except Exception as e:  # the user's code: say where it failed, and keep its traceback as the cause
+        raise UsageError(f"{spec}() raised {type(e).__name__}: {e}") from e
     if not (isinstance(result, (tuple, list)) and len(result) == 2):
         raise UsageError(f"{spec} must return (model, example_inputs); got {type(result).__name__}")
     return result
@@ -425,7 +431,11 @@ def _bench(args) -> int:
         inputs = [t.to(model.device) for t in data["inputs"]]
         row = {"input_shapes": ref["input_shapes"], "package": _time(model, inputs, args)}
         if eager is not None:
-            row["eager"] = _time(eager, inputs, args)
+            try:
+                row["eager"] = _time(eager, inputs, args)
+            except Exception as e:  # a factory for another model: say so, not a traceback
+                raise UsageError(f"--model {args.model}: its model does not take the package's reference inputs "
+                                 f"{ref['input_shapes']} ({type(e).__name__}: {e}); is it the exported model?") from e
             row["speedup"] = row["eager"]["median_ms"] / row["package"]["median_ms"]
         results.append(row)
     if args.json:
