@@ -224,6 +224,13 @@ def test_factory_errors_say_what_is_wrong(tmp_path, monkeypatch):
             cli.load_factory(f"user_factories:{name}")
 
 
+@pytest.mark.parametrize("name", ["resnet18", "detector", "transformer"])
+def test_the_documented_example_factories_return_a_model_and_its_inputs(name):
+    model, example = cli.load_factory(f"examples.factories:{name}")
+    with torch.no_grad():
+        model(example)
+
+
 def test_every_command_has_help(capsys):
     for command in ([], ["export"], ["inspect"], ["verify"], ["bench"]):
         with pytest.raises(SystemExit) as e:

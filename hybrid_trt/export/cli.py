@@ -237,7 +237,7 @@ def import_user_module(module_name: str):
 def load_factory(spec: str):
     module_name, sep, attr = spec.rpartition(":")
     if not sep or not module_name or not attr:
-        raise UsageError(f"{spec!r}: expected MODULE:FACTORY, e.g. examples.models:resnet18_example")
+        raise UsageError(f"{spec!r}: expected MODULE:FACTORY, e.g. examples.factories:resnet18")
     module = import_user_module(module_name)
     if not hasattr(module, attr):
         raise UsageError(f"{module_name} has no function {attr!r}")
