@@ -942,7 +942,7 @@ def main():
     ap.add_argument("--note", default="", help="a line for the results file (e.g. 'machine shared with ...')")
     ap.add_argument("--out", default=None)
     ap.add_argument("--update", action="store_true",
-                    help="keep the rows of models not run now from the results' .json beside --out (re-run a few)")
+                    help="keep the rows of models not run now from the results' .json beside --out (re-run a few), and the sections written after the generated table")
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -1002,8 +1002,8 @@ def main():
         # After every model, so a killed run keeps what it did; the models still to come are listed as such
         # (with --update their old rows are already gone: a killed run must not drop them silently).
         pending = [not_run(c, "run stopped before this model: killed, or still going") for c in cases[i + 1:]]
-        _write(out_path, header, kept + rows + pending)
-    _write(out_path, header, kept + rows)
+        _write(out_path, header, kept + rows + pending, args.update)
+    _write(out_path, header, kept + rows, args.update)
     counts = Counter(verdict(r)[0] if not r.get("skipped") else "not run" for r in rows)
     print(f"[conformance] wrote {out_path}: " + ", ".join(f"{n} {s}" for s, n in counts.most_common()),
           file=sys.stderr)
@@ -1017,7 +1017,7 @@ def _load_rows(out_path: str, replaced: set) -> list:
         return [r for r in json.load(f)["rows"] if r["model"] not in replaced]  # "not run" rows stay visible
 
 
-def _write(path: str, header: list, rows: list) -> None:
+def _write(path: str, header: list, rows: list, keep_sections: bool = False) -> None:
     order = {c.name: i for i, c in enumerate(CASES)}
     rows = sorted(rows, key=lambda r: order.get(r["model"], len(order)))
     commits = Counter(r.get("commit", "?") for r in rows if not r.get("skipped"))
@@ -1035,8 +1035,23 @@ def _write(path: str, header: list, rows: list) -> None:
         if full:
             details.append(f"- **{r['model']}**: " + " / ".join(full))
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tail = _sections_after_the_table(path) if keep_sections else []
     with open(path, "w") as f:
-        f.write("\n".join(header + [summary, ""] + table(rows) + (details if len(details) > 3 else [])) + "\n")
+        f.write("\n".join(header + [summary, ""] + table(rows) + (details if len(details) > 3 else []) + tail)
+                + "\n")
+
+
+def _sections_after_the_table(path: str) -> list:
+    """The sections a results file holds after its generated table and failure list (runs of subsets written
+    with another --out, notes), kept by --update, which rewrites the generated part only."""
+    try:
+        lines = open(path).read().splitlines()
+    except OSError:
+        return []
+    headings = [i for i, line in enumerate(lines) if line.startswith("## ")]
+    if headings and lines[headings[0]] == "## Failures and fallbacks in full":
+        headings = headings[1:]
+    return [""] + lines[headings[0]:] if headings else []
 
 
 if __name__ == "__main__":
