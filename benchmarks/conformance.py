@@ -942,7 +942,8 @@ def main():
     ap.add_argument("--note", default="", help="a line for the results file (e.g. 'machine shared with ...')")
     ap.add_argument("--out", default=None)
     ap.add_argument("--update", action="store_true",
-                    help="keep the rows of models not run now from the results' .json beside --out (re-run a few), and the sections written after the generated table")
+                    help="keep the rows of models not run now from the results' .json beside --out (re-run a "
+                         "few), and the sections written after the generated table")
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
