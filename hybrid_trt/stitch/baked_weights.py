@@ -135,8 +135,8 @@ def checked(compiled: Callable, weights: Mapping[int, torch.Tensor], original: f
 
 def _versioned(original: fx.GraphModule, weights: Mapping[int, torch.Tensor], state: list) -> list:
     """Positions of the weights whose version counters are compared per call: up to ``VERSIONS_CHECKED``
-    parameters and as many other weights (batch-norm statistics), spread over the graph. Inference tensors have no version
-    counter (a model built under ``torch.inference_mode()``) and are left out."""
+    parameters and as many other weights (batch-norm statistics), spread over the graph. Inference tensors have
+    no version counter (a model built under ``torch.inference_mode()``) and are left out."""
     candidates = [i for i in sorted(weights) if i not in state and not weights[i].is_inference()]
     params = [i for i in candidates if isinstance(weights[i], torch.nn.Parameter)]
     buffers = [i for i in candidates if not isinstance(weights[i], torch.nn.Parameter)]
