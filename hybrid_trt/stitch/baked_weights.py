@@ -188,20 +188,25 @@ class _OtherWeights:
         """A compile for weights changed in place since the last one (called under ``lock``)."""
         self.refreshes += 1
         if self.refreshes > MAX_WEIGHT_SETS:
-            if self.plain is None:
-                logger.warning("hybrid_trt: graph %d: weights were changed in place %d times; from now on it runs "
-                               "through Inductor alone, which reads them at every call", self.graph_index,
-                               MAX_WEIGHT_SETS)
-                self.plain = self._inductor(args)
-            return self.plain
+            return self._past_bound(args, f"weights were changed in place {MAX_WEIGHT_SETS} times; from now on it "
+                                          "runs through Inductor alone, which reads them at every call")
         logger.warning("hybrid_trt: graph %d: weights baked into its engines were changed in place (e.g. "
                        "load_state_dict, or batch-norm statistics updated by a train-mode forward); compiling it "
                        "again for the new weights", self.graph_index)
+        return self._compile_for(args, "the new weights")
+
+    def _past_bound(self, args: list, why: str) -> Callable:
+        if self.plain is None:
+            logger.warning("hybrid_trt: graph %d: %s", self.graph_index, why)
+            self.plain = self._inductor(args)
+        return self.plain
+
+    def _compile_for(self, args: list, what: str) -> Callable:
         try:
             return self.compile_hybrid(copy_graph(self.gm), args)
         except Exception as e:  # noqa: BLE001 - Inductor alone serves them then
-            logger.warning("hybrid_trt: graph %d: compiling it for the new weights failed (%s: %s); it runs "
-                           "through Inductor alone", self.graph_index, type(e).__name__, e)
+            logger.warning("hybrid_trt: graph %d: compiling it for %s failed (%s: %s); those calls run through "
+                           "Inductor alone", self.graph_index, what, type(e).__name__, e)
             return self._inductor(args)
 
     def __call__(self, args):
@@ -214,21 +219,12 @@ class _OtherWeights:
 
     def _compile(self, key: tuple, args: list) -> Callable:
         if len(self.compiled) >= MAX_WEIGHT_SETS:
-            if self.plain is None:
-                logger.warning("hybrid_trt: graph %d served %d sets of weights (module instances sharing one "
-                               "compiled frame); calls with any other run through Inductor alone", self.graph_index,
-                               MAX_WEIGHT_SETS)
-                self.plain = self._inductor(args)
-            return self.plain
+            return self._past_bound(args, f"served {MAX_WEIGHT_SETS} sets of weights (module instances sharing one "
+                                          "compiled frame); calls with any other run through Inductor alone")
         logger.info("hybrid_trt: graph %d is called with weights other than those it was compiled with (another "
                     "instance of a module whose forward Dynamo compiled as a frame of its own); compiling it for "
                     "them", self.graph_index)
-        try:
-            fn = self.compile_hybrid(copy_graph(self.gm), args)
-        except Exception as e:  # noqa: BLE001 - Inductor alone serves them then
-            logger.warning("hybrid_trt: graph %d: compiling it for other weights failed (%s: %s); those calls run "
-                           "through Inductor alone", self.graph_index, type(e).__name__, e)
-            fn = self._inductor(args)
+        fn = self._compile_for(args, "other weights")
         if self.versioned:
             fn = _Refreshed(fn, self.versioned, [args[i] for i in self.versioned], self)
         self.compiled[key] = fn
