@@ -262,7 +262,7 @@ def test_a_model_of_inference_tensors_compiles_and_runs():
 
 def test_few_weight_versions_are_read_per_call():
     weights = {i: (nn.Parameter(torch.ones(1)) if i % 3 else torch.ones(1)) for i in range(1, 313)}
-    picked = baked_weights._versioned(None, weights, [])
+    picked = baked_weights._versioned(weights, [])
     assert len(picked) == 2 * baked_weights.VERSIONS_CHECKED
     assert any(isinstance(weights[i], nn.Parameter) for i in picked)
     assert any(not isinstance(weights[i], nn.Parameter) for i in picked)

@@ -96,7 +96,7 @@ def checked(compiled: Callable, weights: Mapping[int, torch.Tensor], original: f
     ids = (lambda args: (id(pick(args)),)) if len(positions) == 1 else (lambda args: tuple(map(id, pick(args))))
     expected = ids([weights.get(i) for i in range(positions[-1] + 1)])
     state = state_buffers(original, weights)
-    versioned = _versioned(original, weights, state)
+    versioned = _versioned(weights, state)
     others = _OtherWeights(original, positions, ids, graph_index, compile_hybrid, versioned)
     stale = [False]
     for i in positions:
@@ -133,7 +133,7 @@ def checked(compiled: Callable, weights: Mapping[int, torch.Tensor], original: f
     return call_watching_state
 
 
-def _versioned(original: fx.GraphModule, weights: Mapping[int, torch.Tensor], state: list) -> list:
+def _versioned(weights: Mapping[int, torch.Tensor], state: list) -> list:
     """Positions of the weights whose version counters are compared per call: up to ``VERSIONS_CHECKED``
     parameters and as many other weights (batch-norm statistics), spread over the graph. Inference tensors have
     no version counter (a model built under ``torch.inference_mode()``) and are left out."""
