@@ -166,36 +166,34 @@ def dim_ranges(capture, example: tuple) -> tuple:
     """``(symbol, min, opt, max)`` of every dynamic dimension with a finite range: the bounds torch.export
     recorded (``dynamic_shapes``' Dims, or derived from the listed shapes), opt the user's example size (the
     shape TensorRT tunes for), clamped into the range."""
-    ranges = capture.program.range_constraints
     out = {}
-    for k, i in enumerate(capture.user_inputs):
-        for d, size in enumerate(capture.inputs[i].shape):
-            if isinstance(size, int) or not size.node.expr.is_Symbol:
-                continue
-            expr = size.node.expr
-            r = ranges.get(expr)
-            if r is None or not (_finite(r.lower) and _finite(r.upper)) or str(expr) in out:
-                continue
-            lo, hi = int(r.lower), int(r.upper)
-            out[str(expr)] = (str(expr), lo, min(max(int(example[k].shape[d]), lo), hi), hi)
+    for k, d, expr, r in _dynamic_dims(capture):
+        if r is None or not (_finite(r.lower) and _finite(r.upper)) or str(expr) in out:
+            continue
+        lo, hi = int(r.lower), int(r.upper)
+        out[str(expr)] = (str(expr), lo, min(max(int(example[k].shape[d]), lo), hi), hi)
     return tuple(out[name] for name in sorted(out))
 
 
 def _check_bounded(capture, names: list[str]) -> None:
     """Every dynamic dimension needs a finite range: a package's engines cover a known range of sizes (TensorRT
     builds a profile for it) and ``verify`` checks the listed ones."""
+    for k, d, _expr, r in _dynamic_dims(capture):
+        if r is not None and not _finite(r.upper):
+            name = names[k] if k < len(names) else f"input_{k}"
+            raise ExportError(
+                f"hybrid_trt.export: dimension {d} of input {name!r} is dynamic without an upper bound; a "
+                "package covers a known range of sizes. Give it one (torch.export.Dim(name, min=..., max=...) "
+                "in dynamic_shapes), or list the sizes to cover with shapes=[...]")
+
+
+def _dynamic_dims(capture):
+    """``(user input position, dim, symbol, its range or None)`` of every user input dimension that is a symbol."""
     ranges = capture.program.range_constraints
     for k, i in enumerate(capture.user_inputs):
         for d, size in enumerate(capture.inputs[i].shape):
-            if isinstance(size, int) or not size.node.expr.is_Symbol:
-                continue
-            r = ranges.get(size.node.expr)
-            if r is not None and not _finite(r.upper):
-                name = names[k] if k < len(names) else f"input_{k}"
-                raise ExportError(
-                    f"hybrid_trt.export: dimension {d} of input {name!r} is dynamic without an upper bound; a "
-                    "package covers a known range of sizes. Give it one (torch.export.Dim(name, min=..., max=...) "
-                    "in dynamic_shapes), or list the sizes to cover with shapes=[...]")
+            if not isinstance(size, int) and size.node.expr.is_Symbol:
+                yield k, d, size.node.expr, ranges.get(size.node.expr)
 
 
 def _finite(bound) -> bool:
