@@ -170,8 +170,14 @@ def _compile_graph(gm: fx.GraphModule, example_inputs, opts: Options, check_weig
 def _checked(called, weights: dict, original, report: CompileReport, opts: Options):
     """``called`` (which holds its runtimes), run only with the weights its engines baked; other weights get a
     compile of their own (stitch/baked_weights.py)."""
-    return _baked_weights.checked(called, weights, original, report.graph_index,
-                                  lambda gm, args: _compile(gm, args, opts, check_weights=False))
+    checked = _baked_weights.checked(called, weights, original, report.graph_index,
+                                     lambda gm, args: _compile(gm, args, opts, check_weights=False))
+    if checked is not called:  # the runtimes stay reachable from what Dynamo calls (benchmarks introspect them)
+        from torch._dynamo.eval_frame import innermost_fn
+        runtimes = getattr(innermost_fn(called), "_hybrid_trt_runtimes", None)
+        if runtimes is not None:
+            checked._hybrid_trt_runtimes = runtimes
+    return checked
 
 
 def _stored_direct(stored_per_call, opts: Options) -> bool:
