@@ -438,8 +438,10 @@ def _compare_detections(out, ref, tol: float, float64_ref: Optional[Callable] = 
             where = " or in eager float64" if r64 is not None else (
                 f" (eager float64, the arbiter of ties, failed: {worst['float64_error']})"
                 if "float64_error" in worst else "")
+            left = ", ".join(f"label {int(r['labels'][j])} score {float(r['scores'][j]):.5f}" for j in unused[:3])
             worst["problem"] = (f"image {img}: detection {i} (label {int(d['labels'][i])}, score {s_i:.5f}) "
-                                f"has no eager detection within tolerance{where}")
+                                f"has no eager detection within tolerance{where}; eager detections left "
+                                f"unpaired: {left or 'none'} (lowest score kept {cutoff:.5f})")
             return worst
     return worst
 
