@@ -120,6 +120,8 @@ def run_case(model_name: str, dtype_name: str, batch: int, variants, args) -> st
                     out = fn(x)
                 torch.cuda.synchronize()
                 errs[v] = bcg._rel_err(model_name, out, ref)
+                # A live output keeps CUDA-graph trees in warm-up (eager runs, never a replay) until it dies.
+                del out
                 fns[v] = (lambda f: (lambda: f(x)))(fn)
             except Exception as e:  # noqa: BLE001 - the table says so, the other variants go on
                 lines.append(f"- {v}: {type(e).__name__}: {' '.join(str(e).split())[:200]}")
