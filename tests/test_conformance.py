@@ -88,7 +88,9 @@ def test_detection_comparison_accepts_only_swaps_among_ties_at_the_cutoff():
     assert check(boxes[[1, 0, 2]], [0.5, 0.9, 0.5], [2, 1, 2]) is None  # reordered
     assert check(boxes[[0, 1, 3]], [0.9, 0.5, 0.5], [1, 2, 2]) is None  # another box of the tied cut-off score
     assert check(boxes[[3, 1, 2]], [0.9, 0.5, 0.5], [1, 2, 2])          # the top box moved
-    assert check(boxes[[0, 1, 3]], [0.9, 0.5, 0.5], [1, 2, 3])          # a label changed
+    assert check(boxes[[0, 1, 3]], [0.9, 0.5, 0.5], [1, 2, 3]) is None  # a tie at the cut-off swapped labels too
+    assert check(boxes[[0, 1, 2]], [0.9, 0.5, 0.5], [3, 2, 2])          # a label changed above the cut-off
+    assert check(boxes[[0, 3, 2]], [0.9, 0.5, 0.5], [1, 3, 2]) is None  # one of two tied at the cut-off swapped
     assert check(boxes[[0, 1, 2]], [0.9, 0.5, 0.49], [1, 2, 2])         # a score changed
     assert check(boxes[:2], [0.9, 0.5], [1, 2])                         # a detection lost
     empty = [{"boxes": torch.zeros(0, 4), "scores": torch.zeros(0), "labels": torch.zeros(0, dtype=torch.long)}]
