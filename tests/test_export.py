@@ -190,12 +190,13 @@ def test_two_input_shapes_one_engine_for_the_range(fresh_process, packages):
     (ranged,) = [e for e in part["engines"] if e["kind"] == "range"]
     assert ranged["profile"] == [[[2, 3, 16, 16], [2, 3, 16, 16], [4, 3, 16, 16]], [[2, 6], [2, 6], [4, 6]]]
     assert result["engine_records"] == [["loaded"]]  # loaded at load time, nothing built
-    # The documented error: which partition, which shape, what exists.
+    # The documented error, raised before the call: which input and size, and what the package holds.
     missing = result["missing"]
     assert missing and missing.startswith("EngineNotInPackage"), missing
-    assert "partition 0 (onnxruntime)" in missing and "[5x3x16x16, 5x6]" in missing
+    assert "[5x3x16x16, 5x6]" in missing and "dimension 0 is 5, outside the exported range [2..4]" in missing
     # one batch symbol sizes both inputs: the message names it, so a caller sees the two must be equal
-    assert re.search(r"(s\d+):\[2\.\.4\]x3x16x16, \1:\[2\.\.4\]x6", missing) and "must be equal" in missing, missing
+    assert re.search(r"image=(s\d+):\[2\.\.4\]x3x16x16, features=\1:\[2\.\.4\]x6", missing), missing
+    assert "must be equal" in missing, missing
 
 
 def test_resnet18_dynamic_batch_one_engine_for_the_range(fresh_process, packages):
@@ -214,7 +215,7 @@ def test_resnet18_dynamic_batch_one_engine_for_the_range(fresh_process, packages
     assert result["engine_records"] == [["loaded"]]
     missing = result["missing"]
     assert missing and missing.startswith("EngineNotInPackage") and "9x3x32x32" in missing, missing
-    assert "partition 0 (onnxruntime)" in missing and "[1..8]x3x32x32" in missing
+    assert "outside the exported range [1..8]" in missing and ":[1..8]x3x32x32" in missing, missing
 
 
 def test_batch_broadcast_from_a_constant_gives_engines_per_shape_with_the_reason(fresh_process, packages):
@@ -355,8 +356,9 @@ def test_export_refuses_what_a_package_cannot_hold_with_a_clear_error(tmp_path, 
     assert not (tmp_path / "p.pkg").exists()
 
 
-def test_a_bounded_dim_exports_one_engine_for_its_range(tmp_path):
+def test_a_bounded_dim_exports_one_engine_for_its_range(tmp_path, capfd):
     from torch.export import Dim
+    from hybrid_trt.engines.runtime import EngineNotInPackage
     model = _mlp()
     path = hybrid_trt.export(model, (torch.randn(2, 4),), path=tmp_path / "b.pkg", options={"min_block_size": 1},
                              dynamic_shapes={"input": {0: Dim("b", min=1, max=64)}})
@@ -365,6 +367,16 @@ def test_a_bounded_dim_exports_one_engine_for_its_range(tmp_path):
         for b in (1, 5, 64):
             x = torch.randn(b, 4)
             assert torch.allclose(loaded(x), model(x), rtol=1e-5, atol=1e-5), b
+    (spec,) = [i["dims"] for i in loaded.manifest["inputs"]]
+    assert spec[1] == 4 and spec[0]["min"] == 1 and spec[0]["max"] == 64, spec
+    # Sizes the package does not hold are refused before the compiled code runs: one error naming the input and
+    # dimension, and nothing from AOTInductor's runtime on stderr (it used to print its own error line first).
+    capfd.readouterr()
+    for shape, says in (((65, 4), "dimension 0 is 65, outside the exported range [1..64]"),
+                        ((3, 5), "dimension 1 is 5, but the package was exported with it fixed at 4")):
+        with pytest.raises(EngineNotInPackage, match=re.escape(says)):
+            loaded(torch.randn(*shape))
+    assert "aoti_torch" not in capfd.readouterr().err
 
 
 _TWO_THREADS = """

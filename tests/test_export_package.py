@@ -274,3 +274,24 @@ def test_load_on_a_device_that_cannot_run_the_package_names_the_right_ones(packa
     assert e.value.check == "environment"
     if device == "meta":
         assert "give 'cpu' or 'cuda'" in str(e.value)
+
+
+def test_dim_check_reads_the_manifest_dims_and_names_what_is_wrong():
+    """The check a loaded dynamic package runs before each call (no export needed): static sizes, ranges, and
+    inputs sized by one symbol; entries without ``dims`` (older packages) and derived sizes are not checked."""
+    from hybrid_trt.export.input_dims import DimCheck
+    inputs = [{"name": "image", "dims": [{"symbol": "s0", "min": 2, "max": 4}, 3, 16, 16]},
+              {"name": "features", "dims": [{"symbol": "s0", "min": 2, "max": 4}, {"expr": "2*s1"}]}]
+    check = DimCheck(inputs)
+
+    def problem(*shapes):
+        return check.problem([torch.empty(s) for s in shapes])
+    assert problem((3, 3, 16, 16), (3, 10)) is None            # inside the range; the derived size unchecked
+    assert "dimension 0 is 5, outside the exported range [2..4] of its size s0" in problem((5, 3, 16, 16), (5, 2))
+    assert "'image' dimension 1 is 4, but the package was exported with it fixed at 3" in \
+        problem((3, 4, 16, 16), (3, 2))
+    tied = problem((3, 3, 16, 16), (4, 2))
+    assert "'features' dimension 0 is 4 and input 'image' dimension 0 is 3" in tied and "must be equal" in tied
+    assert check.spec_text(inputs) == ("image=s0:[2..4]x3x16x16, features=s0:[2..4]x[2*s1] (dimensions sized by "
+                                       "one symbol, s0, must be equal)")
+    assert not DimCheck([{"name": "x", "dynamic_dims": [0]}]).active  # a package written before "dims"

@@ -33,6 +33,7 @@ from ..engines.op import run_surfacing_failures
 from ..log import logger
 from . import custom_ops
 from . import package as pkg
+from .input_dims import DimCheck, describe as describe_dims, finite
 from .package import PackageError
 
 # Engines of a package are never evicted from its store.
@@ -168,7 +169,7 @@ def dim_ranges(capture, example: tuple) -> tuple:
     shape TensorRT tunes for), clamped into the range."""
     out = {}
     for k, d, expr, r in _dynamic_dims(capture):
-        if r is None or not (_finite(r.lower) and _finite(r.upper)) or str(expr) in out:
+        if r is None or not (finite(r.lower) and finite(r.upper)) or str(expr) in out:
             continue
         lo, hi = int(r.lower), int(r.upper)
         out[str(expr)] = (str(expr), lo, min(max(int(example[k].shape[d]), lo), hi), hi)
@@ -179,7 +180,7 @@ def _check_bounded(capture, names: list[str]) -> None:
     """Every dynamic dimension needs a finite range: a package's engines cover a known range of sizes (TensorRT
     builds a profile for it) and ``verify`` checks the listed ones."""
     for k, d, _expr, r in _dynamic_dims(capture):
-        if r is not None and not _finite(r.upper):
+        if r is not None and not finite(r.upper):
             name = names[k] if k < len(names) else f"input_{k}"
             raise ExportError(
                 f"hybrid_trt.export: dimension {d} of input {name!r} is dynamic without an upper bound; a "
@@ -194,13 +195,6 @@ def _dynamic_dims(capture):
         for d, size in enumerate(capture.inputs[i].shape):
             if not isinstance(size, int) and size.node.expr.is_Symbol:
                 yield k, d, size.node.expr, ranges.get(size.node.expr)
-
-
-def _finite(bound) -> bool:
-    """Whether a range bound is a number: torch.export writes an unbounded Dim's max as torch's own int_oo, whose
-    sympy ``is_finite`` says True."""
-    from torch.utils._sympy.numbers import int_oo
-    return bound not in (int_oo, -int_oo) and bool(bound.is_finite)
 
 
 class _Stitched(torch.nn.Module):
@@ -246,8 +240,8 @@ def _reexport(stitched: torch.fx.GraphModule, capture, example: tuple):
             if expr.is_Symbol:
                 if expr not in dims:
                     r = ranges.get(expr)
-                    lo = int(r.lower) if r is not None and _finite(r.lower) else 0
-                    hi = int(r.upper) if r is not None and _finite(r.upper) else None
+                    lo = int(r.lower) if r is not None and finite(r.lower) else 0
+                    hi = int(r.upper) if r is not None and finite(r.upper) else None
                     dims[expr] = Dim(str(expr), min=max(lo, 0), max=hi) if hi is not None else Dim(str(expr), min=lo)
                 per_input[d] = dims[expr]
             else:
@@ -386,7 +380,8 @@ def _manifest(capture, cases, names, opts, report, partitions, references, runti
         "environment": env,
         "options": pkg.jsonable(dataclasses.asdict(opts)),
         "inputs": [{"name": n, "dtype": str(t.dtype).replace("torch.", ""),
-                    "dynamic_dims": [d for d, s in enumerate(capture.inputs[i].shape) if not isinstance(s, int)]}
+                    "dynamic_dims": [d for d, s in enumerate(capture.inputs[i].shape) if not isinstance(s, int)],
+                    "dims": describe_dims(capture.inputs[i].shape, capture.program.range_constraints)}
                    for n, t, i in zip(names, cases[0], capture.user_inputs)],
         "shapes": [[list(t.shape) for t in case] for case in cases],
         "io": {"out_spec": pytree.treespec_dumps(capture.program.call_spec.out_spec)},
@@ -538,6 +533,9 @@ class DeployedModel:
         self._n_inputs = len(self.manifest["inputs"])
         self._static = all(not i["dynamic_dims"] for i in self.manifest["inputs"])
         self._listed = {tuple(tuple(s) for s in case) for case in self.manifest["shapes"]}
+        # A dynamic package's sizes are checked against the exported ranges before the call (AOTInductor's runtime
+        # does not check them); packages written before the manifest had "dims" are called unchecked, as then.
+        self._dims = DimCheck(self.manifest["inputs"])
         # What each input must be (name, dtype, rank), checked at every call: the compiled code reads an input's
         # bytes as the dtype it was exported for, so any other dtype would give wrong numbers, not an error.
         self._expected = [(i["name"], getattr(torch, i["dtype"]), len(self.manifest["shapes"][0][k]))
@@ -555,8 +553,13 @@ class DeployedModel:
             if not (isinstance(t, torch.Tensor) and t.dtype == dtype and t.dim() == rank
                     and t.device.type == self.device.type):
                 raise self._wrong_input(name, dtype, rank, t)
-        if self._static and tuple(tuple(t.shape) for t in inputs) not in self._listed:
-            raise self._missing_shape(inputs)
+        if self._static:
+            if tuple(tuple(t.shape) for t in inputs) not in self._listed:
+                raise self._missing_shape(inputs)
+        elif self._dims.active:
+            problem = self._dims.problem(inputs)
+            if problem is not None and tuple(tuple(t.shape) for t in inputs) not in self._listed:
+                raise self._outside_ranges(inputs, problem)
         try:
             with self._call_lock:
                 flat = run_surfacing_failures(self._aoti, *inputs)
@@ -585,6 +588,14 @@ class DeployedModel:
             f"hybrid_trt package {self.package.source}: no engines for input shapes {shapes}: {parts or 'no partitions'}. "
             f"The package was exported for input shapes {listed} (static). Export again listing this shape "
             "(hybrid-trt export --shape ...) or with dynamic dimensions.")
+
+    def _outside_ranges(self, inputs, problem: str):
+        from ..engines.runtime import EngineNotInPackage
+        return EngineNotInPackage(
+            f"hybrid_trt package {self.package.source}: no engines for input shapes {_shapes_text(inputs)}: "
+            f"{problem}. The package was exported for {self._dims.spec_text(self.manifest['inputs'])}. Export "
+            "again for these sizes: list them (hybrid-trt export --shape ...) or give the dimension a range that "
+            "holds them (--dynamic ..., or hybrid_trt.export(..., dynamic_shapes=...)).")
 
     @property
     def report_text(self) -> str:
