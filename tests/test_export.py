@@ -463,6 +463,9 @@ def test_inspect_and_bench(packages, capsys):
     assert cli.main(["inspect", str(packages["detector"])]) == 0
     out = capsys.readouterr().out
     assert "onnxruntime" in out and "versions:" in out and "1x3x64x64" in out
+    assert cli.main(["inspect", str(packages["two_inputs"])]) == 0  # a dynamic package shows its sizes
+    assert re.search(r"sizes: +image=(s\d+):\[2\.\.4\]x3x16x16, features=\1:\[2\.\.4\]x6",
+                     capsys.readouterr().out)
     assert cli.main(["inspect", "--json", str(packages["two_inputs"])]) == 0
     assert json.loads(capsys.readouterr().out)["format"] == pkg.FORMAT
     assert cli.main(["bench", str(packages["resnet18"]), "--iters", "3", "--warmup", "1",

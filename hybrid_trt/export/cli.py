@@ -284,6 +284,7 @@ class ProgressBar:
 
 
 def _inspect(args) -> int:
+    from .input_dims import DimCheck
     from .package import PackageError, open_package
     try:
         package = open_package(args.path)
@@ -300,6 +301,8 @@ def _inspect(args) -> int:
     print("inputs:   " + ", ".join(f"{i['name']} {i['dtype']}" + (f" dynamic dims {i['dynamic_dims']}"
                                                                   if i["dynamic_dims"] else "")
                                    for i in m["inputs"]))
+    if any(i.get("dims") and i["dynamic_dims"] for i in m["inputs"]):
+        print("sizes:    " + DimCheck(m["inputs"]).spec_text(m["inputs"]))
     print("shapes:   " + "; ".join(", ".join("x".join(map(str, s)) for s in case) for case in m["shapes"]))
     rows = [("#", "delegate", "ops", "kind", "engines (input shapes)", "size")]
     for p in m["partitions"]:
