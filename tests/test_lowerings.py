@@ -438,7 +438,11 @@ SAMPLES: dict[Any, list[Case]] = {
     aten.slice_scatter.default: [C(T(X3()), T(rn(2, 2, 5, seed=1)), 1, 1, 3, id="middle"),
                                  C(T(X3()), T(rn(2, 4, 2, seed=1)), 2, -2, id="to_end"),
                                  C(T(X3()), T(rn(2, 4, 5, seed=1)), 2, None, None, id="whole"),
-                                 C(T(X3()), T(rn(2, 4, 1, seed=1)), -1, 0, 1, id="first")],
+                                 C(T(X3()), T(rn(2, 4, 1, seed=1)), -1, 0, 1, id="first"),
+                                 C(T(X3()), T(rn(2, 4, 3, seed=1)), 2, 0, None, 2, id="strided_even"),
+                                 C(T(X3()), T(rn(2, 2, 5, seed=1)), 1, 1, 4, 2, id="strided_odd"),
+                                 C(T(ri(2, 4, 5)), T(ri(2, 4, 1, seed=1)), -1, -2, None, 3, id="strided_int64_one"),
+                                 C(T(X3()), T(rn(2, 0, 5, seed=1)), 1, 4, None, 2, id="strided_empty")],
     aten.copy.default: [C(T(X3()), T(rn(2, 4, 5, seed=1))), C(T(X3()), T(rn(5, seed=1)), id="broadcast"),
                         C(T(X3()), T(ri(4, 5)), id="int_to_float")],
     aten.flip.default: [C(T(X4()), [0, 2]), C(T(X3()), [-1], id="negative"), C(T(ri(3, 4)), [0, 1], id="int64"),
@@ -1144,13 +1148,14 @@ def test_negation_of_unsigned_integers_is_declined_at_compile_time():
 
 def test_writes_into_a_fresh_tensor_delegate_with_their_block():
     """``out = torch.empty(...); out[:, 0] = a; out[:, 1:] = b`` (a detector head filling its output) is, once
-    functionalised, empty + copy + select_scatter/slice_scatter: all delegated with the ops around them, and the
-    result matches eager (empty's unspecified contents are all overwritten)."""
+    functionalised, empty + copy + select_scatter/slice_scatter (a strided one too): all delegated with the ops
+    around them, and the result matches eager (empty's unspecified contents are all overwritten)."""
     class Fill(torch.nn.Module):
         def forward(self, x):
             out = torch.empty(x.shape[0], 3, x.shape[2], dtype=x.dtype)
             out[:, 0] = x.sum(1)
             out[:, 1:] = x[:, :2].sigmoid()
+            out[:, :, ::2] = out[:, :, ::2] * x[:, 3:, ::2]  # a strided write (interleaved columns)
             return torch.relu(out) * 2
     x = torch.randn(2, 4, 5)
     with torch.no_grad():

@@ -168,8 +168,8 @@ def lower_select(ctx, node):
 
 
 def _check_scatter_into(node):
-    # Written as a Concat of the input's pieces around ``src`` along ``dim``: that dim's size must be known, and
-    # a strided slice_scatter (interleaved pieces) is not lowered.
+    # Written as a Concat of the input's pieces around ``src`` along ``dim`` (a strided slice_scatter, whose
+    # pieces interleave, as a ScatterElements at constant positions along ``dim``): that dim's size must be known.
     x = node.args[0].meta.get("val")
     dim = node.args[2] if len(node.args) > 2 else node.kwargs.get("dim", 0)
     if not isinstance(x, torch.Tensor) or x.dim() == 0:
@@ -183,8 +183,6 @@ def _check_scatter_into(node):
                   for i, k, d in ((3, "start", None), (4, "end", None), (5, "step", 1))]
         if any(b is not None and not isinstance(b, int) for b in bounds):
             return "symbolic slice bounds"
-        if bounds[2] != 1:
-            return "strided slice_scatter"
     return None
 
 
@@ -197,14 +195,25 @@ def lower_scatter_into(ctx, node):
         start = int(ctx.arg(node.args[3])) % shape[dim]
         end, piece = start + 1, ctx.op("Unsqueeze", ctx.input(src), ctx.ints([dim]))
     else:
-        bounds = [node.args[i] if len(node.args) > i else node.kwargs.get(k) for i, k in ((3, "start"), (4, "end"))]
-        start = range(shape[dim])[slice(*bounds)].start  # ATen clamps the bounds as Python slicing does
+        bounds = [node.args[i] if len(node.args) > i else node.kwargs.get(k, d)
+                  for i, k, d in ((3, "start", None), (4, "end", None), (5, "step", 1))]
+        picked = range(shape[dim])[slice(*bounds)]  # ATen clamps the bounds as Python slicing does
+        if picked.step != 1:
+            return _scatter_strided(ctx, x, src, dim, picked, len(shape))
+        start = picked.start
         end, piece = start + ctx.shape(src)[dim], ctx.input(src)
     parts = [ctx.op("Slice", ctx.input(x), ctx.ints([0]), ctx.ints([start]), ctx.ints([dim]))] if start else []
     parts.append(piece)
     if end < shape[dim]:
         parts.append(ctx.op("Slice", ctx.input(x), ctx.ints([end]), ctx.ints([shape[dim]]), ctx.ints([dim])))
     return ctx.op("Concat", *parts, axis=dim) if len(parts) > 1 else ctx.op("Identity", piece)
+
+
+def _scatter_strided(ctx, x, src, dim: int, picked: range, rank: int):
+    # src's element j along dim lands at picked[j]: the positions as a constant along dim, broadcast over src.
+    positions = torch.tensor(list(picked), dtype=torch.int64).reshape([-1 if d == dim else 1 for d in range(rank)])
+    indices = ctx.op("Expand", ctx.const(positions, torch.int64), ctx.op("Shape", ctx.input(src)))
+    return ctx.op("ScatterElements", ctx.input(x), indices, ctx.input(src), axis=dim)
 
 
 def _check_copy(node):
