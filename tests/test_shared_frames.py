@@ -260,6 +260,20 @@ def test_a_model_of_inference_tensors_compiles_and_runs():
         assert_close(torch.compile(model, backend="hybrid_trt")(x), expected, rtol=1e-5, atol=1e-5)
 
 
+def test_a_state_buffer_made_under_inference_mode_compiles_and_runs():
+    """A buffer other than batch-norm statistics (the camera intrinsics here), made under inference mode, has no
+    version counter: it is not watched, and the compile neither crashes nor watches it."""
+    torch.manual_seed(0)
+    with torch.inference_mode():
+        model = _Projector().eval()
+        pts = torch.randn(5, 3) + torch.tensor([0.0, 0.0, 8.0])
+        expected = model(pts)
+        fast = torch.compile(model, backend="hybrid_trt", options={"min_block_size": 1})
+        for _ in range(2):
+            assert_close(fast(pts), expected, rtol=1e-5, atol=1e-5)
+    assert any(p.status == "delegated" for p in hybrid_trt.last_report().partitions), hybrid_trt.last_report().table()
+
+
 def test_few_weight_versions_are_read_per_call():
     weights = {i: (nn.Parameter(torch.ones(1)) if i % 3 else torch.ones(1)) for i in range(1, 313)}
     picked = baked_weights._versioned(weights, [])

@@ -67,11 +67,12 @@ def state_buffers(original: fx.GraphModule, weights: Mapping[int, torch.Tensor])
     """Positions of the baked weights that are model state rather than weights: buffers that something other
     than batch norm reads (a camera's intrinsics, anchors, a calibration a caller updates in place between
     frames). Parameters and batch-norm statistics are weights, changed only by loading new ones (see the README
-    on changing weights); state is watched per call (``checked``), few as such buffers are."""
+    on changing weights); state is watched per call (``checked``), few as such buffers are. An inference tensor
+    (a buffer made under ``torch.inference_mode()``) has no version counter to watch, and is left out."""
     placeholders = [n for n in original.graph.nodes if n.op == "placeholder"]
     out = []
     for i, t in weights.items():
-        if isinstance(t, torch.nn.Parameter) or i >= len(placeholders):
+        if isinstance(t, torch.nn.Parameter) or i >= len(placeholders) or t.is_inference():
             continue
         users = placeholders[i].users
         if not all(u.target in _BATCH_NORM and any(u.args[k] is placeholders[i] for k in (1, 2) if k < len(u.args))
