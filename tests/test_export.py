@@ -338,7 +338,16 @@ class _WithNone(torch.nn.Module):
         return self.lin(x).relu(), None
 
 
-@pytest.mark.parametrize("case", ["unbounded dim", "listed dtype", "None output"])
+class _WithNumber(torch.nn.Module):
+    def __init__(self, number):
+        super().__init__()
+        self.lin, self.number = torch.nn.Linear(4, 4), number
+
+    def forward(self, x):
+        return self.lin(x).relu(), (x.shape[0] if self.number == "size" else self.number)
+
+
+@pytest.mark.parametrize("case", ["unbounded dim", "listed dtype", "None output", "float output", "size output"])
 def test_export_refuses_what_a_package_cannot_hold_with_a_clear_error(tmp_path, case):
     """Each failed deep inside torch or sympy ('Infinity' object has no attribute '_mpf_', mat1 and mat2 must
     have the same dtype, Could not infer dtype of NoneType); now an ExportError saying what to change."""
@@ -349,8 +358,12 @@ def test_export_refuses_what_a_package_cannot_hold_with_a_clear_error(tmp_path, 
     elif case == "listed dtype":
         kwargs, match = {"shapes": [(torch.randn(2, 4),), (torch.randn(3, 4).double(),)]}, \
             "input 'input' is torch.float64 on cpu, the example torch.float32"
-    else:
+    elif case == "None output":
         model, match = _WithNone().eval(), r"output 1: NoneType"
+    elif case == "float output":  # failed inside AOTInductor's compile
+        model, match = _WithNumber(2.5).eval(), r"output 1: float 2.5"
+    else:  # came back from the package as a tensor
+        model, match = _WithNumber("size").eval(), r"output 1: int 2"
     with pytest.raises(hybrid_trt.ExportError, match=match):
         hybrid_trt.export(model, (x,), path=tmp_path / "p.pkg", options={"min_block_size": 1}, **kwargs)
     assert not (tmp_path / "p.pkg").exists()
@@ -377,6 +390,55 @@ def test_a_bounded_dim_exports_one_engine_for_its_range(tmp_path, capfd):
         with pytest.raises(EngineNotInPackage, match=re.escape(says)):
             loaded(torch.randn(*shape))
     assert "aoti_torch" not in capfd.readouterr().err
+
+
+class _Doubled(torch.nn.Module):
+    def forward(self, a, b):
+        return torch.relu(torch.cat([a, a], 0) * 2 + b).sum(1)
+
+
+def test_a_derived_dim_exports(tmp_path):
+    """``b``'s batch is ``2 * a``'s (a derived Dim, which torch.export accepts): the re-export for AOTInductor passed
+    AUTO for it and failed ('must always be related to ... by 2*s97'). The partition reading the derived size keeps
+    engines per listed shape, with the reason recorded."""
+    from torch.export import Dim
+    batch = Dim("b", min=1, max=4)
+    a, b = torch.randn(2, 8), torch.randn(4, 8)
+    path = hybrid_trt.export(_Doubled(), (a, b), path=tmp_path / "d.pkg", options={"min_block_size": 1},
+                             dynamic_shapes={"a": {0: batch}, "b": {0: 2 * batch}})
+    loaded = hybrid_trt.load(path)
+    with torch.no_grad():
+        assert torch.allclose(loaded(a, b), _Doubled()(a, b), rtol=1e-5, atol=1e-5)
+    assert loaded.manifest["inputs"][1]["dims"][0]["expr"].startswith("2*"), loaded.manifest["inputs"]
+    (part,) = loaded.manifest["partitions"]
+    assert "2*" in part["per_shape_reason"], part
+
+
+class _InductorReadsTheInput(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU(), torch.nn.Conv2d(4, 4, 3))
+
+    def forward(self, x):
+        y = torch.atan2(x, x * 0.5 + 2.0)  # no lowering: AOTInductor's code reads the input itself
+        return self.conv(y), y[:, :, :4, :4].sum(dim=(2, 3))
+
+
+def test_a_loaded_package_reads_inputs_of_any_layout_as_eager_does(tmp_path):
+    """AOTInductor's code reads an input at the strides it was compiled for and checks nothing: a channels-last,
+    transposed or expanded input gave wrong numbers (max error ~3). Exported from a channels-last example too."""
+    torch.manual_seed(0)
+    model = _InductorReadsTheInput().eval()
+    example = torch.randn(2, 3, 16, 16).to(memory_format=torch.channels_last)
+    loaded = hybrid_trt.load(hybrid_trt.export(model, (example,), path=tmp_path / "l.pkg"))
+    x = torch.randn(2, 3, 16, 16)
+    layouts = {"contiguous": x, "channels_last": x.to(memory_format=torch.channels_last),
+               "transposed": x.transpose(2, 3).contiguous().transpose(2, 3),
+               "expanded": x[:1].expand(2, 3, 16, 16)}
+    with torch.no_grad():
+        for name, given in layouts.items():
+            for got, expected in zip(loaded(given), model(given)):
+                assert torch.allclose(got, expected, rtol=1e-5, atol=1e-5), name
 
 
 _TWO_THREADS = """

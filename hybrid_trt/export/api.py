@@ -75,7 +75,9 @@ def export(model: torch.nn.Module, example_inputs, *, dynamic_shapes=None, shape
         raise ExportError("hybrid_trt.export: example_inputs must be tensors (positional arguments of forward); "
                           f"got {[type(a).__name__ for a in args]}")
     names = _input_names(model, len(args))
-    cases = _cases(args, names, shapes)
+    # The package's compiled code reads its inputs as contiguous tensors, whatever layout the examples had (a
+    # loaded package makes a call's inputs contiguous: DeployedModel).
+    cases = [tuple(t.contiguous() for t in case) for case in _cases(args, names, shapes)]
     if dynamic_shapes is None and len({tuple(tuple(t.shape) for t in c) for c in cases}) > 1:
         dynamic_shapes = _derived_dynamic_shapes(cases, names)
     # Static: the listed shape is the one traced (a single listed shape may differ from the example's).
@@ -228,24 +230,18 @@ def _reexport(stitched: torch.fx.GraphModule, capture, example: tuple):
     from torch.export import Dim
     module = _Stitched(stitched, capture.weights, len(capture.inputs), capture.user_inputs)
     ranges = capture.program.range_constraints
+    sizes = [capture.inputs[i].shape for i in capture.user_inputs]
     dims: dict = {}
+    for shape in sizes:  # the symbols first: a derived size (2*s0) may come before the input that has s0 itself
+        for size in shape:
+            if not isinstance(size, int) and size.node.expr.is_Symbol and size.node.expr not in dims:
+                r = ranges.get(size.node.expr)
+                lo = int(r.lower) if r is not None and finite(r.lower) else 0
+                hi = int(r.upper) if r is not None and finite(r.upper) else None
+                dims[size.node.expr] = Dim(str(size.node.expr), min=max(lo, 0), **({"max": hi} if hi is not None else {}))
     spec = []
-    for i in capture.user_inputs:
-        val = capture.inputs[i]
-        per_input = {}
-        for d, size in enumerate(val.shape):
-            if isinstance(size, int):
-                continue
-            expr = size.node.expr
-            if expr.is_Symbol:
-                if expr not in dims:
-                    r = ranges.get(expr)
-                    lo = int(r.lower) if r is not None and finite(r.lower) else 0
-                    hi = int(r.upper) if r is not None and finite(r.upper) else None
-                    dims[expr] = Dim(str(expr), min=max(lo, 0), max=hi) if hi is not None else Dim(str(expr), min=lo)
-                per_input[d] = dims[expr]
-            else:
-                per_input[d] = Dim.AUTO
+    for shape in sizes:
+        per_input = {d: _export_dim(size.node.expr, dims) for d, size in enumerate(shape) if not isinstance(size, int)}
         spec.append(per_input or None)
     try:
         with torch.no_grad():
@@ -255,6 +251,21 @@ def _reexport(stitched: torch.fx.GraphModule, capture, example: tuple):
     except Exception as e:
         raise ExportError(f"the stitched graph could not be exported for AOTInductor: {type(e).__name__}: {e}") \
             from e
+
+
+def _export_dim(expr, dims: dict):
+    """The torch.export Dim for a dynamic size: its symbol's Dim, a derived Dim for ``a*s + b`` (torch.export's
+    derived dimensions, e.g. ``2*batch``), else AUTO (torch.export works out the relation itself)."""
+    from torch.export import Dim
+    if expr.is_Symbol:
+        return dims[expr]
+    if len(expr.free_symbols) == 1:
+        (sym,) = expr.free_symbols
+        a, b = expr.coeff(sym), expr.subs(sym, 0)
+        if sym in dims and a.is_Integer and b.is_Integer and int(a) >= 1 and (a * sym + b - expr).expand() == 0:
+            derived = dims[sym] * int(a) if int(a) != 1 else dims[sym]
+            return derived + int(b) if int(b) else derived
+    return Dim.AUTO
 
 
 def _check_runtimes(runtimes) -> None:
@@ -471,12 +482,15 @@ def _derived_dynamic_shapes(cases: list[tuple], names: list[str]) -> tuple:
 
 def _flat_outputs(out) -> list[torch.Tensor]:
     leaves = pytree.tree_leaves(out)
-    odd = [f"output {i}: {type(x).__name__}" for i, x in enumerate(leaves)
-           if not isinstance(x, (torch.Tensor, bool, int, float))]
+    # A Python number (a float constant, a size) has no faithful place in AOTInductor's outputs: a float failed
+    # inside its compile, an int came back as a tensor.
+    odd = [f"output {i}: {type(x).__name__}" + (f" {x!r}" if isinstance(x, (bool, int, float)) else "")
+           for i, x in enumerate(leaves) if not isinstance(x, torch.Tensor)]
     if odd:
         raise ExportError(f"hybrid_trt.export: the model returns values a package cannot ({', '.join(odd)}, "
-                          "counted over its flattened outputs); return tensors (in tuples, lists or dicts) only")
-    return [x.detach() if isinstance(x, torch.Tensor) else torch.as_tensor(x) for x in leaves]
+                          "counted over its flattened outputs); return tensors (in tuples, lists or dicts) only: "
+                          "wrap a number in torch.tensor(...) or leave it out of the outputs")
+    return [x.detach() for x in leaves]
 
 
 def compare_outputs(got: Sequence[torch.Tensor], expected: Sequence[torch.Tensor], rtol: float,
@@ -560,6 +574,9 @@ class DeployedModel:
             problem = self._dims.problem(inputs)
             if problem is not None and tuple(tuple(t.shape) for t in inputs) not in self._listed:
                 raise self._outside_ranges(inputs, problem)
+        # AOTInductor's code reads each input at the strides it was compiled for (contiguous) and does not check
+        # them: a channels-last, transposed or expanded input gave wrong numbers.
+        inputs = [t if t.is_contiguous() else t.contiguous() for t in inputs]
         try:
             with self._call_lock:
                 flat = run_surfacing_failures(self._aoti, *inputs)
