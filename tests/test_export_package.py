@@ -3,6 +3,7 @@
 The round trips with real engines and AOTInductor are in test_export.py."""
 import json
 import pathlib
+import re
 import shutil
 import zipfile
 
@@ -198,7 +199,8 @@ def test_publishing_never_replaces_a_file_that_is_not_a_package(tmp_path, name):
 def test_cli_argument_parsing():
     assert cli.parse_shape("x=1x3x224x224") == {"x": (1, 3, 224, 224)}
     assert cli.parse_shape("a=2x3,b=4") == {"a": (2, 3), "b": (4,)}
-    assert cli.parse_dynamic(["x:0=1:8", "y:1"]) == {"x": {0: (1, 8)}, "y": {1: None}}
+    assert [(d.name, d.dim, d.bounds) for d in cli.parse_dynamic(["x:0=1:8", "y:1"])] == [("x", 0, (1, 8)),
+                                                                                         ("y", 1, None)]
     for bad in ("x", "x=1xa", "=1x2"):
         with pytest.raises(cli.UsageError, match="--shape"):
             cli.parse_shape(bad)
@@ -208,6 +210,28 @@ def test_cli_argument_parsing():
         cli.parse_options(["no_such_option=1"])
     with pytest.raises(cli.UsageError, match="MODULE:FACTORY"):
         cli.load_factory("no_colon")
+
+
+@pytest.mark.parametrize("argv,match", [
+    (["--dynamic", "image:0=8:1"], r"--dynamic 'image:0=8:1': the range 8:1 is empty"),
+    (["--dynamic", "image:0=2:2"], r"--dynamic 'image:0=2:2': the range 2:2 is empty"),
+    (["--dynamic", "image:-1=1:4"], r"--dynamic 'image:-1=1:4': DIM -1 is negative"),
+    (["--dynamic", "image:7=1:4"], r"--dynamic 'image:7=1:4': input 'image' has 4 dimension\(s\), numbered 0 to 3"),
+    (["--dynamic", "nosuch:0=1:4"], r"--dynamic 'nosuch:0=1:4' names unknown input 'nosuch'"),
+    (["--dynamic", "image:0=1:4", "--dynamic", "image:0=1:8"], r"give one dimension two ranges"),
+    (["--dynamic", "image:0=3:4"], r"input 'image' has size 2 at dimension 0 .* outside 3..4"),
+    (["--shape", "nosuch=2x3x16x16"], r"--shape names unknown input\(s\) \['nosuch'\]"),
+    (["--shape", "image=2x3x16"], r"--shape image=2x3x16: 3 dimensions; input 'image' has 4"),
+])
+def test_bad_shape_and_dynamic_arguments_are_usage_errors(tmp_path, capsys, argv, match):
+    """Were a raw AssertionError traceback (min > max), torch.export's IndexError or exit code 1 (unknown --shape
+    input); now one line naming the argument, exit code 2, before anything is built."""
+    out = tmp_path / "p.pkg"
+    assert cli.main(["export", "export_models:two_inputs", "--out", str(out), "--quiet", *argv]) == cli.EXIT_USAGE
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("hybrid-trt export: error: "), err
+    assert re.search(match, err), err
+    assert not out.exists()
 
 
 def test_factory_errors_say_what_is_wrong(tmp_path, monkeypatch):

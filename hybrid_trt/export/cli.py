@@ -14,6 +14,7 @@ arguments; verify: the first failing check's code (``package.EXIT_CODES``: 3 man
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import importlib.util
 import json
@@ -113,6 +114,7 @@ def _import_argument(p) -> None:
 
 
 def _export(args) -> int:
+    import torch
     from .api import DEFAULT_ATOL, DEFAULT_RTOL, ExportError, export
     from .package import PackageError
     shapes = [parse_shape(s) for s in args.shape] or None
@@ -120,9 +122,14 @@ def _export(args) -> int:
     options = parse_options(args.option)
     model, example = load_factory(args.factory)
     example = tuple(example) if isinstance(example, (tuple, list)) else (example,)
+    if not all(isinstance(t, torch.Tensor) for t in example):
+        raise UsageError(f"{args.factory} returned example inputs {[type(t).__name__ for t in example]}; "
+                         "example_inputs must be a tensor or a tuple of tensors")
+    from .api import _input_names
+    names = _input_names(model, len(example))
+    listed = listed_shapes(shapes, names, example)  # bad --shape/--dynamic values are usage errors (exit 2)
     if dynamic is not None:
-        from .api import _input_names
-        dynamic = _dynamic_spec(dynamic, _input_names(model, len(example)))
+        dynamic = _dynamic_spec(dynamic, names, listed)
     bar = None if args.quiet else ProgressBar()
     try:
         path = export(model, example, dynamic_shapes=dynamic, shapes=shapes, options=options, path=args.out,
@@ -166,37 +173,98 @@ def parse_shape(text: str) -> dict:
     return out
 
 
-def parse_dynamic(items: list[str]) -> dict:
-    """``x:0=1:8`` -> {"x": {0: (1, 8)}}; ``x:0`` -> {"x": {0: None}} (range inferred)."""
-    out: dict = {}
-    for text in items:
-        try:
-            head, _, rng = text.partition("=")
-            name, _, dim = head.partition(":")
-            bounds = None
-            if rng:
-                lo, _, hi = rng.partition(":")
-                bounds = (int(lo), int(hi))
-            out.setdefault(name.strip(), {})[int(dim)] = bounds
-            if not name.strip():
-                raise ValueError
-        except ValueError:
-            raise UsageError(f"--dynamic {text!r}: expected NAME:DIM or NAME:DIM=MIN:MAX, e.g. x:0=1:8") from None
-    return out
+@dataclasses.dataclass(frozen=True)
+class DynamicDim:
+    """One ``--dynamic NAME:DIM[=MIN:MAX]`` argument."""
+    text: str  # as given, to name it in errors
+    name: str
+    dim: int
+    bounds: Optional[tuple[int, int]]  # None: the range is inferred
 
 
-def _dynamic_spec(dynamic: dict, names: list[str]) -> tuple:
+_DYNAMIC_FORM = "expected NAME:DIM or NAME:DIM=MIN:MAX with 0 <= MIN < MAX, e.g. x:0=1:8"
+
+
+def parse_dynamic(items: list[str]) -> list[DynamicDim]:
+    """``["x:0=1:8", "y:1"]`` -> DynamicDim per argument; the syntax and the range are checked here, the input
+    names and dimension indices once the model is known (``_dynamic_spec``)."""
+    return [_parse_dynamic_one(text) for text in items]
+
+
+def _parse_dynamic_one(text: str) -> DynamicDim:
+    head, sep, rng = text.partition("=")
+    name, _, dim = head.partition(":")
+    try:
+        dim = int(dim)
+        bounds = tuple(int(b) for b in rng.split(":")) if sep else None
+    except ValueError:
+        raise UsageError(f"--dynamic {text!r}: {_DYNAMIC_FORM}") from None
+    if not name.strip() or (bounds is not None and len(bounds) != 2):
+        raise UsageError(f"--dynamic {text!r}: {_DYNAMIC_FORM}")
+    if dim < 0:
+        raise UsageError(f"--dynamic {text!r}: DIM {dim} is negative; dimensions count from 0 (x:0 is the first)")
+    if bounds is not None and not 0 <= bounds[0] < bounds[1]:
+        # torch.export's Dim asserts on these; a package needs a range of at least two sizes
+        raise UsageError(f"--dynamic {text!r}: the range {bounds[0]}:{bounds[1]} is empty or negative; give "
+                         "MIN:MAX with 0 <= MIN < MAX (for one size, list it with --shape instead)")
+    return DynamicDim(text, name.strip(), dim, bounds)
+
+
+def listed_shapes(shapes: Optional[list[dict]], names: list[str], example: tuple) -> list[list[tuple]]:
+    """The input shapes of every case export will trace or run (the --shape entries, inputs not named keeping the
+    example's shape; else the example's), after checking the --shape names and ranks against the model's."""
+    if not shapes:
+        return [[tuple(t.shape) for t in example]]
+    cases = []
+    for entry in shapes:
+        unknown = sorted(set(entry) - set(names))
+        if unknown:
+            raise UsageError(f"--shape names unknown input(s) {unknown}; the model's inputs are {names}")
+        case = []
+        for name, t in zip(names, example):
+            shape = tuple(entry.get(name, t.shape))
+            if len(shape) != t.dim():
+                raise UsageError(f"--shape {name}={'x'.join(map(str, shape))}: {len(shape)} dimensions; input "
+                                 f"{name!r} has {t.dim()} (the example is {'x'.join(map(str, t.shape))})")
+            case.append(shape)
+        cases.append(case)
+    return cases
+
+
+def _dynamic_spec(dynamic: list[DynamicDim], names: list[str], listed: list[list[tuple]]) -> tuple:
+    """torch.export's dynamic_shapes for the --dynamic arguments, checked against the model's inputs and the
+    listed shapes (torch.export's own errors for these are assertions and index errors)."""
     from torch.export import Dim
-    unknown = sorted(set(dynamic) - set(names))
-    if unknown:
-        raise UsageError(f"--dynamic names unknown input(s) {unknown}; the model's inputs are {names}")
+    by_dim: dict = {}
+    for arg in dynamic:
+        _check_dynamic_dim(arg, names, listed)
+        earlier = by_dim.setdefault((arg.name, arg.dim), arg)
+        if earlier.bounds != arg.bounds:
+            raise UsageError(f"--dynamic {earlier.text!r} and --dynamic {arg.text!r} give one dimension two "
+                             "ranges; give it one")
     spec = []
     for name in names:
-        dims = {}
-        for d, bounds in dynamic.get(name, {}).items():
-            dims[d] = Dim(f"{name}_{d}", min=bounds[0], max=bounds[1]) if bounds else Dim.DYNAMIC
+        dims = {d: Dim(f"{name}_{d}", min=a.bounds[0], max=a.bounds[1]) if a.bounds else Dim.DYNAMIC
+                for (n, d), a in sorted(by_dim.items()) if n == name}
         spec.append(dims or None)
     return tuple(spec)
+
+
+def _check_dynamic_dim(arg: DynamicDim, names: list[str], listed: list[list[tuple]]) -> None:
+    if arg.name not in names:
+        raise UsageError(f"--dynamic {arg.text!r} names unknown input {arg.name!r}; the model's inputs are {names}")
+    rank = len(listed[0][names.index(arg.name)])
+    if arg.dim >= rank:
+        raise UsageError(f"--dynamic {arg.text!r}: input {arg.name!r} has {rank} dimension(s), numbered 0 to "
+                         f"{rank - 1}; there is no dimension {arg.dim}")
+    if arg.bounds is not None:
+        lo, hi = arg.bounds
+        for case in listed:
+            size = case[names.index(arg.name)][arg.dim]
+            if not lo <= size <= hi:
+                raise UsageError(f"--dynamic {arg.text!r}: input {arg.name!r} has size {size} at dimension "
+                                 f"{arg.dim} in the example or a --shape, outside {lo}..{hi}; widen the range or "
+                                 "change the shape")
 
 
 def parse_options(items: list[str]) -> dict:
