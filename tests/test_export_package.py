@@ -5,6 +5,7 @@ import json
 import pathlib
 import re
 import shutil
+import tempfile
 import zipfile
 
 import pytest
@@ -130,6 +131,53 @@ def test_single_file_packages_open_like_directories(tmp_path, suffix):
     import gc
     gc.collect()
     assert not root.exists()
+
+
+def _archive_with(tmp_path, suffix: str, edit) -> pathlib.Path:
+    """A package archive whose staged files ``edit`` changed first (a package copied and edited by hand)."""
+    staging = _write_package(tmp_path / "staging")
+    edit(staging)
+    return pkg.finish(staging, tmp_path / f"model{suffix}")
+
+
+def _flip_manifest_byte(root):
+    raw = bytearray((root / pkg.MANIFEST).read_bytes())
+    raw[len(raw) // 2] ^= 0x01
+    (root / pkg.MANIFEST).write_bytes(bytes(raw))
+
+
+@pytest.mark.parametrize("suffix", [".zip", ".tar"])
+@pytest.mark.parametrize("edit,match", [
+    (_flip_manifest_byte, "manifest.json in {archive} does not match its checksum"),
+    (lambda root: (root / pkg.MANIFEST).unlink(), "{archive} has no manifest.json"),
+    (lambda root: (root / pkg.MANIFEST_DIGEST).unlink(), "{archive} has no manifest.json.sha256"),
+    (lambda root: (root / pkg.MANIFEST).write_text("{"), "manifest.json in {archive} is unreadable"),
+])
+def test_an_archive_that_does_not_open_is_named_and_its_extraction_removed(tmp_path, monkeypatch, suffix, edit,
+                                                                           match):
+    """The error named the temporary extraction directory instead of the archive the user gave, and that directory
+    was left behind (its cleanup was registered only after the manifest was read)."""
+    archive = _archive_with(tmp_path, suffix, edit)
+    extractions = tmp_path / "tmp"
+    extractions.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(extractions))
+    with pytest.raises(pkg.PackageError, match=re.escape(match.format(archive=archive))) as e:
+        pkg.open_package(archive)
+    assert "hybrid_trt_package_" not in str(e.value)
+    assert list(extractions.iterdir()) == []
+
+
+def test_verify_of_an_archive_names_the_archive_in_every_verdict(tmp_path, capsys):
+    """verify loaded the extraction directory (load(package.root)): the reference check's error named it, and the
+    archive was extracted a second time."""
+    archive = _archive_with(tmp_path, ".zip", lambda root: None)
+    cli.main(["verify", str(archive)])  # the stand-in engine does not load: the reference check fails, naming ...
+    out = capsys.readouterr().out
+    assert f"FAIL  reference    the package does not load: PackageError: hybrid_trt package {archive}:" in out
+    assert "hybrid_trt_package_" not in out
+    archive = _archive_with(tmp_path / "edited", ".zip", _flip_manifest_byte)
+    assert cli.main(["verify", str(archive)]) == pkg.EXIT_CODES["checksums"]
+    assert f"FAIL  checksums    manifest.json in {archive} does not match" in capsys.readouterr().out
 
 
 def test_archive_member_outside_the_package_is_refused(tmp_path):

@@ -437,7 +437,7 @@ def _check_reference(package):
     from .package import Check
     m = package.manifest
     try:
-        model = load(package.root)
+        model = load(package)  # the package opened here: not extracted again, and errors name its source
     except Exception as e:  # noqa: BLE001 - reported as this check's verdict
         return Check("reference", False, f"the package does not load: {type(e).__name__}: {e}")
     tol = m.get("tolerance", {})

@@ -185,58 +185,76 @@ class Package:
         return self.root / ENGINES
 
 
-def open_package(path: os.PathLike) -> Package:
+def open_package(path) -> Package:
     """Read a package directory or archive; archives are extracted to a temporary directory that is removed
-    when the returned Package is garbage collected (or at exit)."""
+    when the returned Package is garbage collected (or at exit), or at once when the package does not open.
+    An open Package is returned as it is (its archive is not extracted again)."""
+    if isinstance(path, Package):
+        return path
     source = pathlib.Path(path)
     if not source.exists():
         raise PackageError(f"{source}: no such package (expected a directory or a .zip/.tar file written by "
                            "hybrid_trt.export / hybrid-trt export)")
-    root = source
-    if source.is_file():
-        root = _extract(source)
-    manifest = read_manifest(root)
+    if not source.is_file():
+        return Package(source, read_manifest(source), source)
+    root = _extract(source)
+    try:
+        manifest = read_manifest(root, source)
+    except BaseException:
+        shutil.rmtree(root, ignore_errors=True)  # nothing refers to the extraction yet: no finalizer would run
+        raise
     package = Package(root, manifest, source)
-    if root is not source:
-        weakref.finalize(package, shutil.rmtree, str(root), True)
+    weakref.finalize(package, shutil.rmtree, str(root), True)
     return package
 
 
-def read_manifest(root: pathlib.Path) -> dict:
-    path = root / MANIFEST
+def read_manifest(root: pathlib.Path, source: Optional[pathlib.Path] = None) -> dict:
+    """The manifest of the package extracted or stored at ``root``; errors name ``source`` (the archive the user
+    gave; default ``root``), never a temporary extraction directory."""
+    source = root if source is None else source
+    where = _naming(root, source)
     try:
-        raw = path.read_bytes()
+        raw = (root / MANIFEST).read_bytes()
         manifest = json.loads(raw.decode("utf-8"))
     except FileNotFoundError:
-        raise PackageError(f"{root} has no {MANIFEST}: not a hybrid_trt package (or an incomplete copy)") from None
+        raise PackageError(f"{source} has no {MANIFEST}: not a hybrid_trt package (or an incomplete copy)") from None
     except (OSError, ValueError) as e:
-        raise PackageError(f"{path} is unreadable ({e}); the package is damaged: export it again") from None
+        raise PackageError(f"{where(MANIFEST)} is unreadable ({e}); the package is damaged: export it again") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise PackageError(f"{path} is not a hybrid_trt package manifest (format {manifest.get('format')!r})")
-    _check_manifest_digest(root, raw)
+        format_ = manifest.get("format") if isinstance(manifest, dict) else None
+        raise PackageError(f"{where(MANIFEST)} is not a hybrid_trt package manifest (format {format_!r})")
+    _check_manifest_digest(root, raw, source)
     version = manifest.get("format_version")
     if version != FORMAT_VERSION:
-        raise PackageError(f"{path}: package format version {version!r}, this hybrid_trt reads version "
+        raise PackageError(f"{where(MANIFEST)}: package format version {version!r}, this hybrid_trt reads version "
                            f"{FORMAT_VERSION}; export the model again with this hybrid_trt")
     for field in ("files", "partitions", "environment", "inputs", "reference"):
         if field not in manifest:
-            raise PackageError(f"{path}: manifest has no {field!r}; the package is damaged: export it again")
+            raise PackageError(f"{where(MANIFEST)}: manifest has no {field!r}; the package is damaged: export it again")
     return manifest
 
 
-def _check_manifest_digest(root: pathlib.Path, raw: bytes) -> None:
+def _naming(root: pathlib.Path, source: pathlib.Path) -> Callable[[str], str]:
+    """How messages name a file of the package: its path in a directory, ``NAME in ARCHIVE`` in an archive."""
+    if root == source:
+        return lambda name: str(root / name)
+    return lambda name: f"{name} in {source}"
+
+
+def _check_manifest_digest(root: pathlib.Path, raw: bytes, source: pathlib.Path) -> None:
     """The manifest holds every other file's checksum and what the package returns: its own sha256 sits beside it,
     so an edited or damaged manifest is found like any other file."""
+    where = _naming(root, source)
     try:
         digest = (root / MANIFEST_DIGEST).read_text(encoding="ascii").strip()
     except FileNotFoundError:
-        raise PackageError(f"{root} has no {MANIFEST_DIGEST} (the manifest's checksum): the package is incomplete, "
+        raise PackageError(f"{source} has no {MANIFEST_DIGEST} (the manifest's checksum): the package is incomplete, "
                            "or was written before packages carried it; export it again", "files") from None
     except (OSError, ValueError) as e:
-        raise PackageError(f"{root / MANIFEST_DIGEST} is unreadable ({e}); export the package again",
+        raise PackageError(f"{where(MANIFEST_DIGEST)} is unreadable ({e}); export the package again",
                            "files") from None
     if hashlib.sha256(raw).hexdigest() != digest:
-        raise PackageError(f"{root / MANIFEST} does not match its checksum ({MANIFEST_DIGEST}): the manifest was "
+        raise PackageError(f"{where(MANIFEST)} does not match its checksum ({MANIFEST_DIGEST}): the manifest was "
                            "changed or damaged; export the package again", "checksums")
 
 
