@@ -286,6 +286,7 @@ class PartitionRuntime:
         self._static_engine: Optional[Callable] = None
         self.capture_verdicts: dict = {}  # input signature -> cudagraphs.ProbeResult (capture_probe.py)
         self.ranged: list = []  # (RangePlan, store key, engine): engines that each serve a range of shapes
+        self._loaded_shapes: dict = {}  # deploy mode: signature text -> engine, every listed shape's, from load
         self.range_note: Optional[str] = None  # why the partition has engines per shape despite declared ranges
 
     @property
@@ -434,6 +435,18 @@ class PartitionRuntime:
         self.ranged.append((plan, key, engine))
         self._record(entry.meta["signature"], "loaded", time.perf_counter() - t0, 0.0)
 
+    def load_shape(self, key: str) -> None:
+        """Deploy mode: the stored engine for one listed input-shape signature, loaded now (at ``load``), not at
+        its first call: the package's files may be gone by then (a directory moved or replaced, an extraction
+        cleaned up)."""
+        t0 = time.perf_counter()
+        entry = self.store.get(key, lazy=False)
+        if entry is None or entry.meta.get("kind") != "shape" or entry.meta.get("partition") != self.key:
+            raise CorruptEntry(f"{self.name}: no engine entry {key} for an input shape of this partition")
+        signature = entry.meta["signature"]
+        self._loaded_shapes[signature] = self._load_engine(entry, _metas_from_json(entry.meta["outputs"]))
+        self._record(signature, "loaded", time.perf_counter() - t0, 0.0)
+
     def _set_static(self, engine: Engine, out_metas) -> None:
         self._static_outputs = [(tuple(int(s) for s in o.shape), o.dtype) for o in out_metas]
         self._static_engine = self._first_call_guard(engine)
@@ -496,6 +509,10 @@ class PartitionRuntime:
                 self._engines[signature] = lambda ins, _sizes, engine=engine: engine(ins)
                 return engine(inputs)
         text = _signature(shapes, sizes)
+        loaded = self._loaded_shapes.get(text)
+        if loaded is not None:
+            self._engines[signature] = lambda ins, _sizes, engine=loaded: engine(ins)
+            return loaded(inputs)
         key = _digest("shape", self.key, text, [str(d) for d in dtypes])
         t0 = time.perf_counter()
         try:

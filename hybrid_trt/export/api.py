@@ -662,15 +662,19 @@ def load(path, *, device=None) -> DeployedModel:
                 + ". Export the package again on a machine like this one.", "environment")
         runtime.deploy_signatures = tuple(part["signatures"])
         for engine in part["engines"]:
-            if engine["kind"] == "range":
-                try:
+            if engine["kind"] not in ("range", "shape"):
+                continue
+            try:
+                if engine["kind"] == "range":
                     runtime.load_range(engine["store_key"])
-                except Exception as e:  # noqa: BLE001 - a damaged or foreign entry: the package does not load
-                    _raise_on_damage(package)
-                    raise PackageError(f"hybrid_trt package {package.source}: {part['name']} ({part['delegate']}): "
-                                       f"the engine for the range {engine['range']} does not load here "
-                                       f"({type(e).__name__}: {e}). Export the package again on a machine like "
-                                       "this one.", "environment") from e
+                else:  # the entry's directory is named by its store key
+                    runtime.load_shape(pathlib.PurePosixPath(engine["entry"]).name)
+            except Exception as e:  # noqa: BLE001 - a damaged or foreign entry: the package does not load
+                _raise_on_damage(package)
+                what = f"the range {engine['range']}" if engine["kind"] == "range" else f"[{engine['signature']}]"
+                raise PackageError(f"hybrid_trt package {package.source}: {part['name']} ({part['delegate']}): "
+                                   f"the engine for {what} does not load here ({type(e).__name__}: {e}). Export "
+                                   "the package again on a machine like this one.", "environment") from e
         runtimes.append(runtime)
     absent = custom_ops.missing(manifest.get("custom_ops", []))
     if absent:
