@@ -11,6 +11,7 @@ import zipfile
 import pytest
 import torch
 
+import export_models
 import hybrid_trt
 
 from hybrid_trt.engines.key import environment
@@ -247,8 +248,8 @@ def test_publishing_never_replaces_a_file_that_is_not_a_package(tmp_path, name):
 def test_cli_argument_parsing():
     assert cli.parse_shape("x=1x3x224x224") == {"x": (1, 3, 224, 224)}
     assert cli.parse_shape("a=2x3,b=4") == {"a": (2, 3), "b": (4,)}
-    assert [(d.name, d.dim, d.bounds) for d in cli.parse_dynamic(["x:0=1:8", "y:1"])] == [("x", 0, (1, 8)),
-                                                                                         ("y", 1, None)]
+    assert [(d.name, d.dim, d.symbol, d.bounds) for d in cli.parse_dynamic(["x:0=1:8", "y:1", "z:0=b:2:4", "w:2=b"])] \
+        == [("x", 0, None, (1, 8)), ("y", 1, None, None), ("z", 0, "b", (2, 4)), ("w", 2, "b", None)]
     for bad in ("x", "x=1xa", "=1x2"):
         with pytest.raises(cli.UsageError, match="--shape"):
             cli.parse_shape(bad)
@@ -266,8 +267,8 @@ def test_cli_argument_parsing():
     (["--dynamic", "image:-1=1:4"], r"--dynamic 'image:-1=1:4': DIM -1 is negative"),
     (["--dynamic", "image:7=1:4"], r"--dynamic 'image:7=1:4': input 'image' has 4 dimension\(s\), numbered 0 to 3"),
     (["--dynamic", "nosuch:0=1:4"], r"--dynamic 'nosuch:0=1:4' names unknown input 'nosuch'"),
-    (["--dynamic", "image:0=1:4", "--dynamic", "image:0=1:8"], r"give one dimension two ranges"),
-    (["--dynamic", "image:0=3:4"], r"input 'image' has size 2 at dimension 0 .* outside 3..4"),
+    (["--dynamic", "image:0=1:4", "--dynamic", "image:0=1:8"], r"name one dimension twice, differently"),
+    (["--dynamic", "image:0=3:4"], r"gives input 'image' dimension 0 the size 2, outside 3..4"),
     (["--shape", "nosuch=2x3x16x16"], r"--shape names unknown input\(s\) \['nosuch'\]"),
     (["--shape", "image=2x3x16"], r"--shape image=2x3x16: 3 dimensions; input 'image' has 4"),
 ])
@@ -280,6 +281,62 @@ def test_bad_shape_and_dynamic_arguments_are_usage_errors(tmp_path, capsys, argv
     assert len(err.splitlines()) == 1 and err.startswith("hybrid-trt export: error: "), err
     assert re.search(match, err), err
     assert not out.exists()
+
+
+def _cli_dynamic_shapes(argv: list[str], shapes=()):
+    """What ``hybrid-trt export export_models:two_inputs --dynamic ... --shape ...`` passes to torch.export."""
+    model, example = export_models.two_inputs()
+    listed = cli.listed_shapes([cli.parse_shape(s) for s in shapes], ["image", "features"], example)
+    return model, example, cli._dynamic_spec(cli.parse_dynamic(argv), ["image", "features"], listed)
+
+
+@pytest.mark.parametrize("argv,shapes,expected", [
+    (["image:0=batch:1:4", "features:0=batch"], (), (1, 4)),  # the range given once ...
+    (["image:0=batch:1:4", "features:0=batch:1:4"], (), (1, 4)),  # ... or equally twice
+    (["image:0=batch", "features:0=batch"], ("image=2x3x16x16,features=2x6", "image=5x3x16x16,features=5x6"),
+     (2, 5)),  # or the listed sizes' range
+])
+def test_dynamic_dimensions_tied_by_one_symbol_are_one_dim(argv, shapes, expected):
+    """Each --dynamic was a Dim of its own: a model whose inputs share the batch failed in torch.export
+    ('features_0 = image_0') with no way to say so on the command line. One SYMBOL is one Dim now."""
+    model, example, spec = _cli_dynamic_shapes(argv, shapes)
+    assert spec[0][0] is spec[1][0] and spec[0][0].__name__ == "batch"
+    assert (spec[0][0].min, spec[0][0].max) == expected
+    program = torch.export.export(model, example, dynamic_shapes=spec, strict=False)  # the step that failed
+    image, features = (n.meta["val"] for n in program.graph.nodes if n.op == "placeholder"
+                       and n.name in ("image", "features"))
+    assert image.shape[0] == features.shape[0] and not isinstance(image.shape[0], int)
+
+
+def test_a_dynamic_dimension_without_a_range_takes_the_listed_sizes_range():
+    """``--dynamic image:0`` became Dim.DYNAMIC, which export always refused (no upper bound) even with --shape
+    listing the sizes; it is now the listed sizes' range, as the help said ("range inferred")."""
+    _, _, spec = _cli_dynamic_shapes(["image:0"], ("image=2x3x16x16", "image=5x3x16x16"))
+    assert (spec[0][0].min, spec[0][0].max) == (2, 5) and spec[1] is None
+
+
+@pytest.mark.parametrize("argv,shapes,match", [
+    (["image:0=batch:1:4", "features:0=batch:1:8"], (), r"give 'batch' two ranges; give its range once"),
+    (["image:0=batch", "features:0=batch"], (), r"gives no range, and the listed sizes of 'batch' are all 2"),
+    (["image:0"], (), r"--dynamic 'image:0' gives no range, and the listed sizes of input 'image' dimension 0 are all 2"),
+    (["image:0=batch:1:4", "features:0=batch"], ("image=2x3x16x16,features=3x6",),
+     r"ties image:0 and features:0 \(symbol 'batch'\), but .* sizes image:0=2, features:0=3"),
+    (["image:0=batch:3:4", "features:0=batch"], (), r"gives 'batch' the size 2, outside 3..4"),
+    (["image:0=batch:1:4", "image:0=1:4"], (), r"name one dimension twice, differently"),
+])
+def test_tied_dimensions_that_cannot_be_one_dim_are_usage_errors(argv, shapes, match):
+    with pytest.raises(cli.UsageError, match=match):
+        _cli_dynamic_shapes(argv, shapes)
+
+
+def test_dims_torch_export_finds_equal_get_the_command_line_that_ties_them(capsys):
+    """Untied, the shared batch fails in torch.export (exit 1); the error now ends with the arguments to give."""
+    model, example, spec = _cli_dynamic_shapes(["image:0=1:4", "features:0=1:4"])
+    with pytest.raises(Exception, match="must always be equal") as e:
+        torch.export.export(model, example, dynamic_shapes=spec, strict=False)
+    hint = cli._tie_hint(str(e.value), cli.parse_dynamic(["image:0=1:4", "features:0=1:4"]))
+    assert re.search(r"tie them with one SYMBOL, e.g. --dynamic (features|image):0=batch:1:4 "
+                     r"--dynamic (image|features):0=batch", hint), hint
 
 
 def test_factory_errors_say_what_is_wrong(tmp_path, monkeypatch):

@@ -1,6 +1,7 @@
 """``hybrid-trt``: export a model to a package, inspect, verify and benchmark packages.
 
-    hybrid-trt export MODULE:FACTORY --out PATH [--shape NAME=1x3x224x224[,NAME=...]] [--dynamic NAME:DIM[=MIN:MAX]]
+    hybrid-trt export MODULE:FACTORY --out PATH [--shape NAME=1x3x224x224[,NAME=...]]
+                      [--dynamic NAME:DIM[=[SYMBOL:]MIN:MAX]]
                       [--option KEY=VALUE]
     hybrid-trt inspect PATH [--json]
     hybrid-trt verify PATH [--json]
@@ -19,6 +20,7 @@ import importlib
 import importlib.util
 import json
 import pathlib
+import re
 import statistics
 import sys
 import time
@@ -64,9 +66,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--shape", action="append", default=[], metavar="NAME=1x3x224x224[,NAME=...]",
                    help="input shapes to build engines for; repeat for several shapes (inputs not named keep the "
                    "example's shape). Default: the example's shapes")
-    p.add_argument("--dynamic", action="append", default=[], metavar="NAME:DIM[=MIN:MAX]",
-                   help="make dimension DIM of input NAME dynamic (range MIN..MAX); repeatable. Default: "
-                   "dimensions that differ among the --shape values")
+    p.add_argument("--dynamic", action="append", default=[], metavar="NAME:DIM[=[SYMBOL:]MIN:MAX]",
+                   help="make dimension DIM (from 0) of input NAME dynamic over MIN..MAX; repeatable. Dimensions "
+                   "given one SYMBOL are one dimension, of equal size (a batch shared by two inputs): give its "
+                   "range once, e.g. --dynamic image:0=batch:1:8 --dynamic features:0=batch. Without a range: "
+                   "the range of the sizes the --shape values list. Default: dimensions that differ among the "
+                   "--shape values (equal ones tied)")
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                    help="a hybrid_trt option (see README: Options); repeatable")
     p.add_argument("--rtol", type=float, default=None, help="relative tolerance against eager (default 1e-3)")
@@ -114,22 +119,12 @@ def _import_argument(p) -> None:
 
 
 def _export(args) -> int:
-    import torch
     from .api import DEFAULT_ATOL, DEFAULT_RTOL, ExportError, export
     from .package import PackageError
     shapes = [parse_shape(s) for s in args.shape] or None
-    dynamic = parse_dynamic(args.dynamic) if args.dynamic else None
+    arguments = parse_dynamic(args.dynamic)
     options = parse_options(args.option)
-    model, example = load_factory(args.factory)
-    example = tuple(example) if isinstance(example, (tuple, list)) else (example,)
-    if not all(isinstance(t, torch.Tensor) for t in example):
-        raise UsageError(f"{args.factory} returned example inputs {[type(t).__name__ for t in example]}; "
-                         "example_inputs must be a tensor or a tuple of tensors")
-    from .api import _input_names
-    names = _input_names(model, len(example))
-    listed = listed_shapes(shapes, names, example)  # bad --shape/--dynamic values are usage errors (exit 2)
-    if dynamic is not None:
-        dynamic = _dynamic_spec(dynamic, names, listed)
+    model, example, dynamic = _model_and_dims(args.factory, shapes, arguments)
     bar = None if args.quiet else ProgressBar()
     try:
         path = export(model, example, dynamic_shapes=dynamic, shapes=shapes, options=options, path=args.out,
@@ -139,7 +134,7 @@ def _export(args) -> int:
     except (ExportError, PackageError, ValueError) as e:
         if bar:
             bar.close()
-        print(f"hybrid-trt export: error: {e}", file=sys.stderr)
+        print(f"hybrid-trt export: error: {e}{_tie_hint(str(e), arguments)}", file=sys.stderr)
         return EXIT_FAILED
     except Exception as e:  # noqa: BLE001 - the command reports any failure readably
         if bar:
@@ -156,6 +151,37 @@ def _export(args) -> int:
         print(open_package(path).manifest.get("report_text", ""))
     print(f"package written: {path}")
     return 0
+
+
+def _model_and_dims(factory: str, shapes: Optional[list[dict]], arguments: list["DynamicDim"]):
+    """The factory's model and example inputs, and torch.export's dynamic_shapes for the --dynamic arguments
+    (None without any); bad --shape/--dynamic values are usage errors (exit 2), found before anything is built."""
+    import torch
+    from .api import _input_names
+    model, example = load_factory(factory)
+    example = tuple(example) if isinstance(example, (tuple, list)) else (example,)
+    if not all(isinstance(t, torch.Tensor) for t in example):
+        raise UsageError(f"{factory} returned example inputs {[type(t).__name__ for t in example]}; "
+                         "example_inputs must be a tensor or a tuple of tensors")
+    names = _input_names(model, len(example))
+    listed = listed_shapes(shapes, names, example)
+    return model, example, (_dynamic_spec(arguments, names, listed) if arguments else None)
+
+
+_NOT_TIED = re.compile(r"The values of (\w+)_(\d+) = .*? and (\w+)_(\d+) = .*? must always be equal")
+
+
+def _tie_hint(message: str, arguments: list["DynamicDim"]) -> str:
+    """What to pass when torch.export finds two --dynamic dimensions always equal (a batch shared by two inputs):
+    each untied argument is a Dim of its own, which torch.export refuses."""
+    found = _NOT_TIED.search(message)
+    if not found:
+        return ""
+    a, b = f"{found[1]}:{found[2]}", f"{found[3]}:{found[4]}"
+    given = next((d.bounds for d in arguments if f"{d.name}:{d.dim}" in (a, b) and d.bounds), None)
+    rng = f":{given[0]}:{given[1]}" if given else ""
+    return (f"\nThe model makes {a} and {b} equal: tie them with one SYMBOL, e.g. --dynamic {a}=batch{rng} "
+            f"--dynamic {b}=batch (see hybrid-trt export --help)")
 
 
 def parse_shape(text: str) -> dict:
@@ -175,31 +201,35 @@ def parse_shape(text: str) -> dict:
 
 @dataclasses.dataclass(frozen=True)
 class DynamicDim:
-    """One ``--dynamic NAME:DIM[=MIN:MAX]`` argument."""
+    """One ``--dynamic NAME:DIM[=[SYMBOL:]MIN:MAX]`` or ``NAME:DIM=SYMBOL`` argument."""
     text: str  # as given, to name it in errors
     name: str
     dim: int
-    bounds: Optional[tuple[int, int]]  # None: the range is inferred
+    symbol: Optional[str]  # dimensions with one symbol are one torch.export Dim (a batch shared by two inputs)
+    bounds: Optional[tuple[int, int]]  # None: the symbol's range given elsewhere, or the listed sizes' range
 
 
-_DYNAMIC_FORM = "expected NAME:DIM or NAME:DIM=MIN:MAX with 0 <= MIN < MAX, e.g. x:0=1:8"
+_DYNAMIC_FORM = ("expected NAME:DIM[=MIN:MAX], or NAME:DIM=SYMBOL[:MIN:MAX] to tie dimensions (one SYMBOL, one "
+                 "size), with 0 <= MIN < MAX, e.g. x:0=1:8 or image:0=batch:1:8 --dynamic features:0=batch")
 
 
 def parse_dynamic(items: list[str]) -> list[DynamicDim]:
-    """``["x:0=1:8", "y:1"]`` -> DynamicDim per argument; the syntax and the range are checked here, the input
-    names and dimension indices once the model is known (``_dynamic_spec``)."""
+    """``["x:0=1:8", "y:1", "a:0=b:1:4", "c:0=b"]`` -> DynamicDim per argument; the syntax and the range are
+    checked here, the input names, dimension indices and tied ranges once the model is known (``_dynamic_spec``)."""
     return [_parse_dynamic_one(text) for text in items]
 
 
 def _parse_dynamic_one(text: str) -> DynamicDim:
     head, sep, rng = text.partition("=")
     name, _, dim = head.partition(":")
+    parts = rng.split(":") if sep else []
+    symbol = parts.pop(0) if parts and parts[0].isidentifier() else None
     try:
         dim = int(dim)
-        bounds = tuple(int(b) for b in rng.split(":")) if sep else None
+        bounds = tuple(int(b) for b in parts) if parts else None
     except ValueError:
         raise UsageError(f"--dynamic {text!r}: {_DYNAMIC_FORM}") from None
-    if not name.strip() or (bounds is not None and len(bounds) != 2):
+    if not name.strip() or (bounds is not None and len(bounds) != 2) or (sep and not symbol and not bounds):
         raise UsageError(f"--dynamic {text!r}: {_DYNAMIC_FORM}")
     if dim < 0:
         raise UsageError(f"--dynamic {text!r}: DIM {dim} is negative; dimensions count from 0 (x:0 is the first)")
@@ -207,7 +237,7 @@ def _parse_dynamic_one(text: str) -> DynamicDim:
         # torch.export's Dim asserts on these; a package needs a range of at least two sizes
         raise UsageError(f"--dynamic {text!r}: the range {bounds[0]}:{bounds[1]} is empty or negative; give "
                          "MIN:MAX with 0 <= MIN < MAX (for one size, list it with --shape instead)")
-    return DynamicDim(text, name.strip(), dim, bounds)
+    return DynamicDim(text, name.strip(), dim, symbol, bounds)
 
 
 def listed_shapes(shapes: Optional[list[dict]], names: list[str], example: tuple) -> list[list[tuple]]:
@@ -233,21 +263,58 @@ def listed_shapes(shapes: Optional[list[dict]], names: list[str], example: tuple
 
 def _dynamic_spec(dynamic: list[DynamicDim], names: list[str], listed: list[list[tuple]]) -> tuple:
     """torch.export's dynamic_shapes for the --dynamic arguments, checked against the model's inputs and the
-    listed shapes (torch.export's own errors for these are assertions and index errors)."""
+    listed shapes (torch.export's own errors for these are assertions and index errors): one Dim per SYMBOL
+    (or per untied dimension), over its given range or else the listed sizes' range."""
     from torch.export import Dim
     by_dim: dict = {}
     for arg in dynamic:
         _check_dynamic_dim(arg, names, listed)
         earlier = by_dim.setdefault((arg.name, arg.dim), arg)
-        if earlier.bounds != arg.bounds:
-            raise UsageError(f"--dynamic {earlier.text!r} and --dynamic {arg.text!r} give one dimension two "
-                             "ranges; give it one")
-    spec = []
-    for name in names:
-        dims = {d: Dim(f"{name}_{d}", min=a.bounds[0], max=a.bounds[1]) if a.bounds else Dim.DYNAMIC
-                for (n, d), a in sorted(by_dim.items()) if n == name}
-        spec.append(dims or None)
-    return tuple(spec)
+        if (earlier.symbol, earlier.bounds) != (arg.symbol, arg.bounds):
+            raise UsageError(f"--dynamic {earlier.text!r} and --dynamic {arg.text!r} name one dimension twice, "
+                             "differently; give it once")
+    groups: dict = {}  # the dimensions of one Dim: a SYMBOL's, or one untied dimension
+    for (name, d), arg in by_dim.items():
+        groups.setdefault(arg.symbol or f"{name}_{d}", []).append(arg)
+    spec: list = [{} for _ in names]
+    for symbol, args in groups.items():
+        lo, hi = _group_range(symbol, args, names, listed)
+        dim = Dim(symbol, min=lo, max=hi)
+        for arg in args:
+            spec[names.index(arg.name)][arg.dim] = dim
+    return tuple(dims or None for dims in spec)
+
+
+def _group_range(symbol: str, args: list[DynamicDim], names: list[str], listed: list[list[tuple]]) -> tuple:
+    """The range of one Dim: given once (or equally by every argument naming it), else the range of the sizes the
+    example or the --shape entries give its dimensions; every such size inside it, equal ones where tied."""
+    given = {a.bounds: a for a in args if a.bounds is not None}
+    what = f"{symbol!r}" if args[0].symbol else f"input {args[0].name!r} dimension {args[0].dim}"
+    if len(given) > 1:
+        first, second = list(given.values())[:2]
+        raise UsageError(f"--dynamic {first.text!r} and --dynamic {second.text!r} give {symbol!r} two ranges; give "
+                         f"its range once (e.g. {first.text} and {second.name}:{second.dim}={symbol})")
+    sizes = []
+    for case in listed:
+        case_sizes = {a: case[names.index(a.name)][a.dim] for a in args}
+        if len(set(case_sizes.values())) > 1:
+            raise UsageError(f"--dynamic ties {' and '.join(f'{a.name}:{a.dim}' for a in args)} (symbol {symbol!r}), "
+                             f"but the example or a --shape gives them the sizes "
+                             f"{', '.join(f'{a.name}:{a.dim}={n}' for a, n in case_sizes.items())}; tied "
+                             "dimensions have one size: change the shapes or use two symbols")
+        sizes += case_sizes.values()
+    if given:
+        (lo, hi), arg = next(iter(given.items()))
+        outside = [n for n in sizes if not lo <= n <= hi]
+        if outside:
+            raise UsageError(f"--dynamic {arg.text!r}: the example or a --shape gives {what} the size "
+                             f"{outside[0]}, outside {lo}..{hi}; widen the range or change the shape")
+        return lo, hi
+    if len(set(sizes)) < 2:
+        raise UsageError(f"--dynamic {args[0].text!r} gives no range, and the listed sizes of {what} are all "
+                         f"{sizes[0]}; give one ({args[0].name}:{args[0].dim}={args[0].symbol + ':' if args[0].symbol else ''}"
+                         "MIN:MAX) or list several sizes with --shape")
+    return min(sizes), max(sizes)
 
 
 def _check_dynamic_dim(arg: DynamicDim, names: list[str], listed: list[list[tuple]]) -> None:
@@ -257,14 +324,6 @@ def _check_dynamic_dim(arg: DynamicDim, names: list[str], listed: list[list[tupl
     if arg.dim >= rank:
         raise UsageError(f"--dynamic {arg.text!r}: input {arg.name!r} has {rank} dimension(s), numbered 0 to "
                          f"{rank - 1}; there is no dimension {arg.dim}")
-    if arg.bounds is not None:
-        lo, hi = arg.bounds
-        for case in listed:
-            size = case[names.index(arg.name)][arg.dim]
-            if not lo <= size <= hi:
-                raise UsageError(f"--dynamic {arg.text!r}: input {arg.name!r} has size {size} at dimension "
-                                 f"{arg.dim} in the example or a --shape, outside {lo}..{hi}; widen the range or "
-                                 "change the shape")
 
 
 def parse_options(items: list[str]) -> dict:
