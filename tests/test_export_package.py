@@ -2,9 +2,12 @@
 
 The round trips with real engines and AOTInductor are in test_export.py."""
 import json
+import os
 import pathlib
 import re
 import shutil
+import stat
+import tarfile
 import tempfile
 import zipfile
 
@@ -179,6 +182,40 @@ def test_verify_of_an_archive_names_the_archive_in_every_verdict(tmp_path, capsy
     archive = _archive_with(tmp_path / "edited", ".zip", _flip_manifest_byte)
     assert cli.main(["verify", str(archive)]) == pkg.EXIT_CODES["checksums"]
     assert f"FAIL  checksums    manifest.json in {archive} does not match" in capsys.readouterr().out
+
+
+@pytest.fixture(params=[0o022, 0o027], ids=["umask022", "umask027"])
+def umask(request):
+    old = os.umask(request.param)
+    yield request.param
+    os.umask(old)
+
+
+def _member_modes(archive: pathlib.Path) -> set:
+    if archive.suffix == ".zip":
+        with zipfile.ZipFile(archive) as z:
+            return {i.external_attr >> 16 & 0o7777 for i in z.infolist()}
+    with tarfile.open(archive) as t:
+        return {m.mode for m in t.getmembers()}
+
+
+@pytest.mark.parametrize("suffix", ["", ".zip", ".tar"])
+def test_packages_get_the_usual_modes_for_the_umask(tmp_path, umask, suffix):
+    """A directory package was published 0700 (its staging directory came from mkdtemp), whatever the umask:
+    the user that deploys it could not read it. Now as mkdir and open would make them: 0755/0644 under umask
+    022, in a directory or an archive, a file written private (0600) included."""
+    target = tmp_path / f"model{suffix}"
+    staging = _write_package(pkg.staging_dir(target))
+    (staging / pkg.REFERENCE / "case_0.pt").chmod(0o600)
+    written = pkg.finish(staging, target)
+    dir_mode, file_mode = 0o777 & ~umask, 0o666 & ~umask
+    if suffix:
+        assert stat.S_IMODE(written.stat().st_mode) == file_mode
+        assert _member_modes(written) == {file_mode}
+    else:
+        paths = [written, *written.rglob("*")]
+        assert {stat.S_IMODE(p.stat().st_mode) for p in paths if p.is_dir()} == {dir_mode}
+        assert {stat.S_IMODE(p.stat().st_mode) for p in paths if p.is_file()} == {file_mode}
 
 
 def test_archive_member_outside_the_package_is_refused(tmp_path):

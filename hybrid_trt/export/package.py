@@ -25,6 +25,7 @@ import json
 import os
 import pathlib
 import shutil
+import stat
 import tarfile
 import tempfile
 import weakref
@@ -100,6 +101,7 @@ def finish(staging: pathlib.Path, path: pathlib.Path) -> pathlib.Path:
     path = pathlib.Path(path)
     if path.exists():
         _remove(path)
+    _usual_modes(staging)
     if path.suffix == ".zip":
         tmp = path.with_name(path.name + ".tmp")
         with zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED) as z:  # engines hardly compress; load stays fast
@@ -119,6 +121,19 @@ def finish(staging: pathlib.Path, path: pathlib.Path) -> pathlib.Path:
     else:
         os.replace(staging, path)
     return path
+
+
+def _usual_modes(staging: pathlib.Path) -> None:
+    """Give the staged package the modes mkdir and open give under this umask (0755/0644 with umask 022), for
+    the directory published and the members archived alike: mkdtemp made the staging directory 0700, and a
+    package its deploying user cannot read fails to load although it is intact."""
+    probe = staging / ".mode_probe"
+    probe.mkdir()
+    dir_mode = stat.S_IMODE(probe.stat().st_mode)  # read, not os.umask(): setting the umask races other threads
+    probe.rmdir()
+    for p in [staging, *staging.rglob("*")]:
+        if not p.is_symlink():
+            p.chmod(dir_mode if p.is_dir() else dir_mode & 0o666)
 
 
 def staging_dir(path: pathlib.Path) -> pathlib.Path:
