@@ -155,10 +155,33 @@ def check_modules_on(device: str) -> int:
     return failures
 
 
+def check_row_buckets(device: str) -> int:
+    """Autotuned tiles are kept per power of two of the row count: one
+    channel pair at 1k and 100k rows gets two tunings, and both results match
+    the torch reference."""
+    torch.manual_seed(0)
+    failures, before = 0, set(G._TUNED)
+    for m in (1000, 100_000):
+        feats = torch.randn(m, 32, device=device, dtype=torch.float16)
+        weight = torch.randn(48, 3, 3, 3, 32, device=device, dtype=torch.float16) * 0.1
+        nbr = torch.randint(-1, m, (m, 27), device=device, dtype=torch.int32)
+        got = G.conv_compute(feats, weight, nbr, None)
+        want = R.conv_compute(feats.float(), weight.float(), nbr, None)
+        err = (got.float() - want).abs().max().item()
+        ok = err <= 3e-2 * (1 + want.abs().max().item())
+        failures += not ok
+        print(f"{device} rows={m} bucket={G.rows_bucket(m)} max_err={err:.3g} ok={ok}")
+    tuned = {k for k in set(G._TUNED) - before if k[:2] == (32, 48)}
+    ok = not G._AUTOTUNE or len(tuned) == 2
+    print(f"{device} tunings for 2 row buckets: {sorted(tuned)} ok={ok}")
+    return failures + (not ok)
+
+
 if __name__ == "__main__":
     device = sys.argv[1] if len(sys.argv) > 1 else "cpu"
     failures = check(device)
     if device != "cpu":
         failures += check_modules_on(device)
+        failures += check_row_buckets(device)
     print("TOTAL FAILURES", failures)
     sys.exit(1 if failures else 0)

@@ -96,17 +96,26 @@ _AUTOTUNE = os.environ.get("HYBRID_TRT_SPARSE_AUTOTUNE", "1") == "1" and not _IN
 _TUNED: dict = {}
 
 
-def _tuned_kernel(c_in: int, c_out: int):
-    """An autotuned wrapper per channel-count pair: tile candidates are
-    clamped to the channels, so narrow layers don't benchmark useless tiles."""
-    key = (c_in, c_out)
+def rows_bucket(m: int) -> int:
+    """The row-count class a tuned tile is kept for: M's power of two. A
+    tile tuned on 10k voxels (a few hundred programs) is not the one for
+    150k: tuned once per channel pair, the sweep's 10k choice served its
+    150k cases, the cases slower than spconv's."""
+    return int(m).bit_length()
+
+
+def _tuned_kernel(c_in: int, c_out: int, bucket: int):
+    """An autotuned wrapper per channel-count pair and row bucket: tile
+    candidates are clamped to the channels, so narrow layers don't benchmark
+    useless tiles."""
+    key = (c_in, c_out, bucket)
     if key not in _TUNED:
         bn64, bn128 = _pow2_clamp(c_out, 16, 64), _pow2_clamp(c_out, 16, 128)
         bk32, bk64 = _pow2_clamp(c_in, 16, 32), _pow2_clamp(c_in, 16, 64)
         shapes = {
             (128, bn64, bk32, 4, 3), (64, bn64, bk32, 4, 3), (64, bn64, bk64, 4, 3),
             (128, bn128, bk32, 8, 3), (64, bn128, bk64, 4, 3), (128, bn64, bk64, 4, 2),
-            (32, bn64, bk32, 2, 3),
+            (32, bn64, bk32, 2, 3), (128, bn128, bk64, 8, 3), (256, bn64, bk32, 8, 3),
         }
         configs = [
             triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk}, num_warps=w, num_stages=st)
@@ -156,13 +165,14 @@ def _launch(features, weight, nbr, bias, out, order, allow_tf32: bool, w_kcc: bo
     has_order, has_bias = order is not None, bias is not None
     args = (features, weight, nbr, order.contiguous() if has_order else nbr, bias if has_bias else weight, M, out)
     tuned = _AUTOTUNE and out.is_cuda
-    key = (c_in, c_out, K, features.dtype, weight.dtype, has_order, has_bias, precision, w_kcc, tuned)
+    key = (c_in, c_out, K, features.dtype, weight.dtype, has_order, has_bias, precision, w_kcc, tuned,
+           M.bit_length() if tuned else 0)
     kwargs = _LAUNCH_KWARGS.get(key)
     if kwargs is None:
         meta = dict(CIN=c_in, COUT=c_out, K=K, HAS_ORDER=has_order, HAS_BIAS=has_bias, PRECISION=precision,
                     W_KCC=w_kcc)
         if tuned:
-            tuner = _tuned_kernel(c_in, c_out)
+            tuner = _tuned_kernel(c_in, c_out, rows_bucket(M))
             tuner[lambda c: (_cdiv(M, c["BLOCK_M"]), _cdiv(c_out, c["BLOCK_N"]))](*args, **meta)
             best = getattr(tuner, "best_config", None)
             if best is not None:
