@@ -123,11 +123,15 @@ def test_verify_command_exit_codes_differ_per_failure(package, capsys):
     assert "no such package" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("suffix", [".zip", ".tar"])
+@pytest.mark.parametrize("suffix", [".zip", ".tar", ".ZIP", ".Tar", ".tgz", ".tar.gz", ".TGZ"])
 def test_single_file_packages_open_like_directories(tmp_path, suffix):
+    """.ZIP, .TAR, .tgz and .tar.gz were written as directories of that name (the suffix was matched exactly)."""
     staging = _write_package(tmp_path / "staging")
     archive = pkg.finish(staging, tmp_path / f"model{suffix}")
     assert archive.is_file() and not staging.exists()
+    if suffix.lower() in (".tgz", ".tar.gz"):
+        with tarfile.open(archive, "r:gz") as t:
+            assert pkg.MANIFEST in t.getnames()
     p = pkg.open_package(archive)
     assert p.root != archive and all(c.passed for c in pkg.check_files(p))
     root = p.root
@@ -216,6 +220,18 @@ def test_packages_get_the_usual_modes_for_the_umask(tmp_path, umask, suffix):
         paths = [written, *written.rglob("*")]
         assert {stat.S_IMODE(p.stat().st_mode) for p in paths if p.is_dir()} == {dir_mode}
         assert {stat.S_IMODE(p.stat().st_mode) for p in paths if p.is_file()} == {file_mode}
+
+
+@pytest.mark.parametrize("name", ["model.tar.xz", "model.7z", "model.GZ"])
+def test_an_archive_suffix_no_package_is_written_as_is_refused(tmp_path, capsys, name):
+    """Was written as a directory named like an archive; now refused, naming the suffixes that are written (the
+    command: a usage error, before the model is built)."""
+    with pytest.raises(pkg.PackageError, match=r"ending in \.zip, \.tar, \.tar\.gz, \.tgz; choose one"):
+        pkg.check_replaceable(tmp_path / name)
+    out = tmp_path / name
+    assert cli.main(["export", "no_such_module:factory", "--out", str(out)]) == cli.EXIT_USAGE
+    assert f"--out {out}: a package is written as a directory or as a file ending in" in capsys.readouterr().err
+    assert not out.exists()
 
 
 def test_archive_member_outside_the_package_is_refused(tmp_path):

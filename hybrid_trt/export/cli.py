@@ -59,10 +59,10 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("export", help="export a model to a package (engines per input shape + AOTInductor)",
                        description="Capture MODULE:FACTORY's model with torch.export, build an engine for every "
                        "delegated partition and listed input shape, compile the rest with AOTInductor and write "
-                       "one package (a directory, or a .zip/.tar file).")
+                       "one package (a directory, or a .zip, .tar or .tgz file).")
     p.add_argument("factory", metavar="MODULE:FACTORY",
                    help="function returning (model, example_inputs); MODULE is importable or a .py path")
-    p.add_argument("--out", required=True, metavar="PATH", help="package directory, or a file ending .zip/.tar")
+    p.add_argument("--out", required=True, metavar="PATH", help="package directory, or a file ending .zip, .tar, or .tar.gz/.tgz (gzip-compressed); any case")
     p.add_argument("--shape", action="append", default=[], metavar="NAME=1x3x224x224[,NAME=...]",
                    help="input shapes to build engines for; repeat for several shapes (inputs not named keep the "
                    "example's shape). Default: the example's shapes")
@@ -82,7 +82,7 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("inspect", help="print a package's manifest as tables",
                        description="Print partitions, delegates, shapes, engine sizes and versions of a package.")
-    p.add_argument("path", metavar="PATH", help="package directory or .zip/.tar file")
+    p.add_argument("path", metavar="PATH", help="package directory or .zip/.tar/.tgz file")
     p.add_argument("--json", action="store_true", help="print the manifest as JSON")
     p.set_defaults(run=_inspect)
 
@@ -91,7 +91,7 @@ def _parser() -> argparse.ArgumentParser:
                        "against the package's, and run the reference inputs against the stored outputs. Prints "
                        "a verdict per check; exits 0 only when all pass (codes: 3 manifest, 4 missing file, "
                        "5 checksum mismatch, 6 version/architecture mismatch, 7 reference outputs).")
-    p.add_argument("path", metavar="PATH", help="package directory or .zip/.tar file")
+    p.add_argument("path", metavar="PATH", help="package directory or .zip/.tar/.tgz file")
     p.add_argument("--json", action="store_true", help="print the verdicts as JSON")
     _import_argument(p)
     p.set_defaults(run=_verify)
@@ -99,7 +99,7 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("bench", help="latency of a package (and of eager PyTorch) on its reference inputs",
                        description="Load the package and time it on its reference inputs: median and "
                        "percentiles. With --model, the eager model is timed on the same inputs beside it.")
-    p.add_argument("path", metavar="PATH", help="package directory or .zip/.tar file")
+    p.add_argument("path", metavar="PATH", help="package directory or .zip/.tar/.tgz file")
     p.add_argument("--model", metavar="MODULE:FACTORY", help="the model's factory, to time eager PyTorch too")
     p.add_argument("--iters", type=int, default=50, help="timed calls per input shape (default 50)")
     p.add_argument("--warmup", type=int, default=5, help="untimed calls first (default 5)")
@@ -121,6 +121,7 @@ def _import_argument(p) -> None:
 def _export(args) -> int:
     from .api import DEFAULT_ATOL, DEFAULT_RTOL, ExportError, export
     from .package import PackageError
+    _check_out(args.out)
     shapes = [parse_shape(s) for s in args.shape] or None
     arguments = parse_dynamic(args.dynamic)
     options = parse_options(args.option)
@@ -151,6 +152,16 @@ def _export(args) -> int:
         print(open_package(path).manifest.get("report_text", ""))
     print(f"package written: {path}")
     return 0
+
+
+def _check_out(out: str) -> None:
+    """An --out with an archive suffix no package is written as (.tar.xz, .7z) is a usage error, before the model is
+    built (export itself would refuse it as well, as a failure)."""
+    from .package import PackageError, archive_kind
+    try:
+        archive_kind(out)
+    except PackageError as e:
+        raise UsageError(f"--out {e}") from None
 
 
 def _model_and_dims(factory: str, shapes: Optional[list[dict]], arguments: list["DynamicDim"]):

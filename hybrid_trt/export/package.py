@@ -97,12 +97,13 @@ def write_manifest(root: pathlib.Path, manifest: dict) -> None:
 
 
 def finish(staging: pathlib.Path, path: pathlib.Path) -> pathlib.Path:
-    """Publish the staged package directory at ``path``: renamed into place, or archived for .zip/.tar."""
+    """Publish the staged package directory at ``path``: renamed into place, or archived for .zip/.tar/.tgz."""
     path = pathlib.Path(path)
+    kind = archive_kind(path)
     if path.exists():
         _remove(path)
     _usual_modes(staging)
-    if path.suffix == ".zip":
+    if kind == "zip":
         tmp = path.with_name(path.name + ".tmp")
         with zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED) as z:  # engines hardly compress; load stays fast
             for f in sorted(staging.rglob("*")):
@@ -110,9 +111,9 @@ def finish(staging: pathlib.Path, path: pathlib.Path) -> pathlib.Path:
                     z.write(f, f.relative_to(staging).as_posix())
         os.replace(tmp, path)
         shutil.rmtree(staging, ignore_errors=True)
-    elif path.suffix == ".tar":
+    elif kind is not None:
         tmp = path.with_name(path.name + ".tmp")
-        with tarfile.open(tmp, "w") as t:
+        with open(tmp, "wb") as f, _tar_writer(f, path.name, kind) as t:
             for f in sorted(staging.rglob("*")):
                 if f.is_file():
                     t.add(f, f.relative_to(staging).as_posix())
@@ -121,6 +122,12 @@ def finish(staging: pathlib.Path, path: pathlib.Path) -> pathlib.Path:
     else:
         os.replace(staging, path)
     return path
+
+
+def _tar_writer(f, name: str, kind: str) -> tarfile.TarFile:
+    if kind == "tar.gz":  # gzip's usual level; the file name gzip records is the package's, not the temporary one
+        return tarfile.open(name, "w:gz", fileobj=f, compresslevel=6)
+    return tarfile.open(fileobj=f, mode="w")
 
 
 def _usual_modes(staging: pathlib.Path) -> None:
@@ -143,10 +150,34 @@ def staging_dir(path: pathlib.Path) -> pathlib.Path:
     return pathlib.Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
 
 
+# The archives a package is written as, by the path's suffix (any case); any other path is a directory.
+ARCHIVE_SUFFIXES = {".zip": "zip", ".tar": "tar", ".tar.gz": "tar.gz", ".tgz": "tar.gz"}
+# Archive suffixes not written: refused, rather than a directory named like an archive.
+_OTHER_ARCHIVE_SUFFIXES = (".gz", ".bz2", ".xz", ".zst", ".tbz2", ".txz", ".7z", ".rar")
+
+
+def archive_kind(path: os.PathLike) -> Optional[str]:
+    """"zip", "tar", "tar.gz" for a package path ending in one of ARCHIVE_SUFFIXES (any case), None for a
+    directory. Raises PackageError for another archive suffix (.tar.xz, .7z, ...)."""
+    kind = _suffix_kind(path)
+    if kind is None and pathlib.Path(path).name.lower().endswith(_OTHER_ARCHIVE_SUFFIXES):
+        raise PackageError(f"{path}: a package is written as a directory or as a file ending in "
+                           f"{', '.join(ARCHIVE_SUFFIXES)}; choose one of these (or a path without an archive suffix "
+                           "for a directory)")
+    return kind
+
+
+def _suffix_kind(path: os.PathLike) -> Optional[str]:
+    name = pathlib.Path(path).name.lower()
+    return next((kind for suffix, kind in ARCHIVE_SUFFIXES.items() if name.endswith(suffix)), None)
+
+
 def check_replaceable(path: pathlib.Path) -> None:
-    """Raise PackageError unless ``path`` is free, an empty directory or a hybrid_trt package (directory, .zip or
-    .tar): export replaces only its own output. Checked before export starts and again when it publishes."""
+    """Raise PackageError unless ``path`` is free, an empty directory or a hybrid_trt package (directory, .zip,
+    .tar or .tgz), and names a form a package is written as: export replaces only its own output. Checked before
+    export starts and again when it publishes."""
     path = pathlib.Path(path)
+    archive_kind(path)
     if not path.exists() and not path.is_symlink():
         return
     if path.is_dir() and not path.is_symlink():
@@ -208,7 +239,7 @@ def open_package(path) -> Package:
         return path
     source = pathlib.Path(path)
     if not source.exists():
-        raise PackageError(f"{source}: no such package (expected a directory or a .zip/.tar file written by "
+        raise PackageError(f"{source}: no such package (expected a directory or a .zip/.tar/.tgz file written by "
                            "hybrid_trt.export / hybrid-trt export)")
     if not source.is_file():
         return Package(source, read_manifest(source), source)
@@ -276,8 +307,10 @@ def _check_manifest_digest(root: pathlib.Path, raw: bytes, source: pathlib.Path)
 def _extract(archive: pathlib.Path) -> pathlib.Path:
     root = pathlib.Path(tempfile.mkdtemp(prefix="hybrid_trt_package_"))
     try:
-        # By name first: a tar holding zip files (torch.save, .pt2) can look like a zip to is_zipfile.
-        as_tar = archive.suffix == ".tar" or (archive.suffix != ".zip" and tarfile.is_tarfile(archive))
+        # By name first: a tar holding zip files (torch.save, .pt2) can look like a zip to is_zipfile. Any other
+        # name (a renamed or differently compressed archive) by content; tarfile reads gzip, bz2 and xz.
+        kind = _suffix_kind(archive)
+        as_tar = kind in ("tar", "tar.gz") or (kind != "zip" and tarfile.is_tarfile(archive))
         if not as_tar and zipfile.is_zipfile(archive):
             with zipfile.ZipFile(archive) as z:
                 for name in z.namelist():
@@ -292,7 +325,7 @@ def _extract(archive: pathlib.Path) -> pathlib.Path:
                         raise PackageError(f"{archive}: member {m.name!r} is not a plain file")
                 t.extractall(root, members=members)
         else:
-            raise PackageError(f"{archive} is neither a package directory nor a .zip/.tar package")
+            raise PackageError(f"{archive} is neither a package directory nor a .zip/.tar/.tgz package")
     except (OSError, zipfile.BadZipFile, tarfile.TarError) as e:
         shutil.rmtree(root, ignore_errors=True)
         raise PackageError(f"{archive}: cannot extract the package ({e}); it is damaged: export it again") from None
