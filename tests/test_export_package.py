@@ -371,7 +371,7 @@ def test_a_dynamic_dimension_without_a_range_takes_the_listed_sizes_range():
 @pytest.mark.parametrize("argv,shapes,match", [
     (["image:0=batch:1:4", "features:0=batch:1:8"], (), r"give 'batch' two ranges; give its range once"),
     (["image:0=batch", "features:0=batch"], (), r"gives no range, and the listed sizes of 'batch' are all 2"),
-    (["image:0"], (), r"--dynamic 'image:0' gives no range, and the listed sizes of input 'image' dimension 0 are all 2"),
+    (["image:0"], (), r"'image:0' gives no range, and the listed sizes of input 'image' dimension 0 are all 2"),
     (["image:0=batch:1:4", "features:0=batch"], ("image=2x3x16x16,features=3x6",),
      r"ties image:0 and features:0 \(symbol 'batch'\), but .* sizes image:0=2, features:0=3"),
     (["image:0=batch:3:4", "features:0=batch"], (), r"gives 'batch' the size 2, outside 3..4"),

@@ -62,7 +62,8 @@ def _parser() -> argparse.ArgumentParser:
                        "one package (a directory, or a .zip, .tar or .tgz file).")
     p.add_argument("factory", metavar="MODULE:FACTORY",
                    help="function returning (model, example_inputs); MODULE is importable or a .py path")
-    p.add_argument("--out", required=True, metavar="PATH", help="package directory, or a file ending .zip, .tar, or .tar.gz/.tgz (gzip-compressed); any case")
+    p.add_argument("--out", required=True, metavar="PATH",
+                   help="package directory, or a file ending .zip, .tar, or .tar.gz/.tgz (gzip); any case")
     p.add_argument("--shape", action="append", default=[], metavar="NAME=1x3x224x224[,NAME=...]",
                    help="input shapes to build engines for; repeat for several shapes (inputs not named keep the "
                    "example's shape). Default: the example's shapes")
@@ -322,9 +323,10 @@ def _group_range(symbol: str, args: list[DynamicDim], names: list[str], listed: 
                              f"{outside[0]}, outside {lo}..{hi}; widen the range or change the shape")
         return lo, hi
     if len(set(sizes)) < 2:
-        raise UsageError(f"--dynamic {args[0].text!r} gives no range, and the listed sizes of {what} are all "
-                         f"{sizes[0]}; give one ({args[0].name}:{args[0].dim}={args[0].symbol + ':' if args[0].symbol else ''}"
-                         "MIN:MAX) or list several sizes with --shape")
+        first = args[0]
+        form = f"{first.name}:{first.dim}=" + (f"{first.symbol}:" if first.symbol else "") + "MIN:MAX"
+        raise UsageError(f"--dynamic {first.text!r} gives no range, and the listed sizes of {what} are all "
+                         f"{sizes[0]}; give one ({form}) or list several sizes with --shape")
     return min(sizes), max(sizes)
 
 
