@@ -14,8 +14,8 @@ case ${1:?stage} in
     bash scripts/gpu_session6.sh spconv
     export PYTHONPATH=/tmp/spsite:$PYTHONPATH
     timeout 150 python3 tests/plugins/sparse_triton_check.py cuda > $L/check.log 2>&1; echo "check rc=$?"
-    grep -E "rows=|tunings|TOTAL" $L/check.log
-    timeout 420 python3 benchmarks/bench_sparse.py --runs 3 --out $L/layers.md > $L/layers.log 2>&1
+    grep -E "rows=|tunings|preloaded|TOTAL" $L/check.log
+    TRITON_PRINT_AUTOTUNING=1 timeout 420 python3 benchmarks/bench_sparse.py --runs 3 --out $L/layers.md > $L/layers.log 2>&1
     echo "layers rc=$?"; grep -E "^\| " $L/layers.md | head -60
     tar czf $OUT/s11_layers.tgz -C $OUT s11
     ;;

@@ -155,6 +155,34 @@ def check_modules_on(device: str) -> int:
     return failures
 
 
+def check_preloaded_neighbours(device: str) -> int:
+    """The GEMM variant that loads a tile's whole neighbour block at once
+    (PRELOAD_NBR, an autotuning candidate on CUDA) against the reference,
+    with a row order, a bias and rows past M in the last tile."""
+    import triton
+
+    torch.manual_seed(1)
+    failures = 0
+    for m, c_in, c_out in ((37, 16, 16), (70, 40, 20)):
+        feats = torch.randn(m, c_in, device=device)
+        weight = torch.randn(c_out, 3, 3, 3, c_in, device=device) * 0.1
+        bias = torch.randn(c_out, device=device)
+        nbr = torch.randint(-3, m, (m, 27), device=device, dtype=torch.int32).clamp(min=-1)
+        order = torch.randperm(m, device=device, dtype=torch.int32)
+        out = torch.empty(m, c_out, device=device)
+        w = G.weight_kcc(weight)
+        grid = (triton.cdiv(m, 16), triton.cdiv(c_out, 16))
+        G._implicit_gemm_kernel[grid](feats, w, nbr, order, bias, m, out, CIN=c_in, COUT=c_out, K=27, HAS_ORDER=True,
+                                      HAS_BIAS=True, PRECISION="ieee", W_KCC=True, BLOCK_M=16, BLOCK_N=16,
+                                      BLOCK_K=16, PRELOAD_NBR=True, KP=32)
+        want = R.conv_compute(feats, weight, nbr, bias)
+        err = (out - want).abs().max().item()
+        ok = err <= 1e-4 * (1 + want.abs().max().item())
+        failures += not ok
+        print(f"{device} preloaded neighbours M={m} {c_in}->{c_out} max_err={err:.3g} ok={ok}")
+    return failures
+
+
 def check_row_buckets(device: str) -> int:
     """Autotuned tiles are kept per power of two of the row count: one
     channel pair at 1k and 100k rows gets two tunings, and both results match
@@ -179,7 +207,7 @@ def check_row_buckets(device: str) -> int:
 
 if __name__ == "__main__":
     device = sys.argv[1] if len(sys.argv) > 1 else "cpu"
-    failures = check(device)
+    failures = check(device) + check_preloaded_neighbours(device)
     if device != "cpu":
         failures += check_modules_on(device)
         failures += check_row_buckets(device)

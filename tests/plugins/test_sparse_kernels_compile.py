@@ -60,8 +60,9 @@ def test_rulebook_kernel_compiles_for_sm90(case):
     assert ".entry" in compiled.asm["ptx"]
 
 
+@pytest.mark.parametrize("preload", [False, True])
 @pytest.mark.parametrize("dtype", ["fp16", "fp32"])
-def test_gemm_kernel_compiles_for_sm90_reading_spconv_weight_layout(dtype):
+def test_gemm_kernel_compiles_for_sm90_reading_spconv_weight_layout(dtype, preload):
     # The CUDA op reads spconv's [Cout, K, Cin] weight in place (W_KCC=False);
     # the TensorRT plugin's [K, Cin, Cout] variant compiles in test_sparse_lowering.py.
     from hybrid_trt.plugins.sparse.triton_gemm import _implicit_gemm_kernel
@@ -69,6 +70,6 @@ def test_gemm_kernel_compiles_for_sm90_reading_spconv_weight_layout(dtype):
     ptr = "*" + dtype
     pointers = {"feat_ptr": ptr, "w_ptr": ptr, "nbr_ptr": "*i32", "order_ptr": "*i32", "bias_ptr": ptr, "out_ptr": ptr}
     constexprs = dict(CIN=64, COUT=64, K=27, HAS_ORDER=True, HAS_BIAS=True, PRECISION="ieee", W_KCC=False,
-                      BLOCK_M=64, BLOCK_N=64, BLOCK_K=32)
+                      BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, PRELOAD_NBR=preload, KP=32)
     compiled = _compile(_implicit_gemm_kernel, pointers, {}, constexprs)
     assert ".entry" in compiled.asm["ptx"]

@@ -51,6 +51,7 @@ def compile_conv_kernel(dtype: str, kernel_volume: int, c_in: int, c_out: int, c
         "CIN": c_in, "COUT": c_out, "K": kernel_volume, "HAS_ORDER": True, "HAS_BIAS": True, "PRECISION": "ieee",
         "W_KCC": True,  # the plugin's weight input is [K, Cin, Cout] (lowering.py)
         "BLOCK_M": cfg["BLOCK_M"], "BLOCK_N": cfg["BLOCK_N"], "BLOCK_K": cfg["BLOCK_K"],
+        "PRELOAD_NBR": False, "KP": triton.next_power_of_2(kernel_volume),
     }
     signature.update({k: "constexpr" for k in constexprs})
     # Index-tuple keys work on every Triton 3.x; name keys only on newer ones.

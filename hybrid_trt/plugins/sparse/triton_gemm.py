@@ -43,6 +43,7 @@ def _implicit_gemm_kernel(
     PRECISION: tl.constexpr,
     W_KCC: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    PRELOAD_NBR: tl.constexpr = False, KP: tl.constexpr = 32,
 ):
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
@@ -58,9 +59,24 @@ def _implicit_gemm_kernel(
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     n_mask = rn < COUT
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    if PRELOAD_NBR:
+        # The tile's whole [BLOCK_M, K] neighbour block in one load (KP: K
+        # padded to a power of two), and which offsets any row reads: the
+        # offset loop below then waits on no load to decide what to skip
+        # (27 dependent loads per tile made sparse strided layers, whose rows
+        # read ~3 of 27 offsets, latency-bound).
+        kk = tl.arange(0, KP)
+        block = tl.load(nbr_ptr + rm[:, None] * K + kk[None, :], mask=m_mask[:, None] & (kk < K)[None, :],
+                        other=-1)
+        live = tl.max(block, axis=0)
     for k in range(K):
-        idx = tl.load(nbr_ptr + rm * K + k, mask=m_mask, other=-1)
-        if tl.max(idx, axis=0) >= 0:
+        if PRELOAD_NBR:
+            idx = tl.max(tl.where(kk[None, :] == k, block, -1), axis=1)
+            any_live = tl.max(tl.where(kk == k, live, -1), axis=0) >= 0
+        else:
+            idx = tl.load(nbr_ptr + rm * K + k, mask=m_mask, other=-1)
+            any_live = tl.max(idx, axis=0) >= 0
+        if any_live:
             valid = idx >= 0
             row = idx.to(tl.int64) * CIN
             for c0 in range(0, CIN, BLOCK_K):
@@ -104,11 +120,12 @@ def rows_bucket(m: int) -> int:
     return int(m).bit_length()
 
 
-def _tuned_kernel(c_in: int, c_out: int, bucket: int):
-    """An autotuned wrapper per channel-count pair and row bucket: tile
-    candidates are clamped to the channels, so narrow layers don't benchmark
-    useless tiles."""
-    key = (c_in, c_out, bucket)
+def _tuned_kernel(c_in: int, c_out: int, k: int, bucket: int):
+    """An autotuned wrapper per channel-count pair, kernel volume and row
+    bucket: tile candidates are clamped to the channels, so narrow layers
+    don't benchmark useless tiles; the neighbour block is loaded at once only
+    where it fits in registers (K <= 32)."""
+    key = (c_in, c_out, k, bucket)
     if key not in _TUNED:
         bn64, bn128 = _pow2_clamp(c_out, 16, 64), _pow2_clamp(c_out, 16, 128)
         bk32, bk64 = _pow2_clamp(c_in, 16, 32), _pow2_clamp(c_in, 16, 64)
@@ -120,6 +137,12 @@ def _tuned_kernel(c_in: int, c_out: int, bucket: int):
         configs = [
             triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk}, num_warps=w, num_stages=st)
             for bm, bn, bk, w, st in sorted(shapes)
+        ] + [  # the neighbour block loaded at once (PRELOAD_NBR), on the tiles large row counts pick
+            triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "PRELOAD_NBR": True}, num_warps=w,
+                          num_stages=st)
+            for bm, bn, bk, w, st in sorted({(64, bn64, bk32, 4, 3), (128, bn64, bk32, 4, 3),
+                                             (128, bn64, bk64, 8, 3), (64, bn128, bk64, 4, 3)})
+            if k <= 32
         ]
         _TUNED[key] = triton.autotune(configs=configs, key=["CIN", "COUT", "K"])(_implicit_gemm_kernel)
     return _TUNED[key]
@@ -170,9 +193,9 @@ def _launch(features, weight, nbr, bias, out, order, allow_tf32: bool, w_kcc: bo
     kwargs = _LAUNCH_KWARGS.get(key)
     if kwargs is None:
         meta = dict(CIN=c_in, COUT=c_out, K=K, HAS_ORDER=has_order, HAS_BIAS=has_bias, PRECISION=precision,
-                    W_KCC=w_kcc)
+                    W_KCC=w_kcc, KP=triton.next_power_of_2(K))
         if tuned:
-            tuner = _tuned_kernel(c_in, c_out, rows_bucket(M))
+            tuner = _tuned_kernel(c_in, c_out, K, rows_bucket(M))
             tuner[lambda c: (_cdiv(M, c["BLOCK_M"]), _cdiv(c_out, c["BLOCK_N"]))](*args, **meta)
             best = getattr(tuner, "best_config", None)
             if best is not None:
