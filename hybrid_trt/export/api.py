@@ -61,8 +61,9 @@ def export(model: torch.nn.Module, example_inputs, *, dynamic_shapes=None, shape
     ``shapes``: the input shapes to build engines for, each a dict ``{input name: shape}`` (inputs not named
     keep the example's shape) or a tuple of tensors; default: the example's shapes. When they differ and
     ``dynamic_shapes`` is None, the dimensions that differ become dynamic.
-    ``path``: a directory, or a file ending in .zip or .tar. ``rtol``/``atol``: how closely the package must
-    match eager PyTorch on every listed shape (checked here, and again by ``hybrid-trt verify``).
+    ``path``: a directory, or a file ending in .zip, .tar, .tar.gz or .tgz (any case). ``rtol``/``atol``: how
+    closely the package must match eager PyTorch on every listed shape (checked here, and again by
+    ``hybrid-trt verify``).
     Returns the path written. Raises ExportError (or the model's own error from torch.export).
     """
     from ..options import make_options
