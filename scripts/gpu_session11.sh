@@ -13,7 +13,7 @@ case ${1:?stage} in
   layers)  # carry .spconv1: the GEMM tiles tuned per row bucket, checked, then the layer sweep against spconv 2.x
     bash scripts/gpu_session6.sh spconv
     export PYTHONPATH=/tmp/spsite:$PYTHONPATH
-    timeout 150 python3 tests/plugins/sparse_triton_check.py cuda > $L/check.log 2>&1; echo "check rc=$?"
+    timeout 300 python3 tests/plugins/sparse_triton_check.py cuda > $L/check.log 2>&1; echo "check rc=$?"
     grep -E "rows=|tunings|preloaded|TOTAL" $L/check.log
     TRITON_PRINT_AUTOTUNING=1 timeout 420 python3 benchmarks/bench_sparse.py --runs 3 --out $L/layers.md > $L/layers.log 2>&1
     echo "layers rc=$?"; grep -E "^\| " $L/layers.md | head -60
