@@ -238,8 +238,8 @@ def _reexport(stitched: torch.fx.GraphModule, capture, example: tuple):
             if not isinstance(size, int) and size.node.expr.is_Symbol and size.node.expr not in dims:
                 r = ranges.get(size.node.expr)
                 lo = int(r.lower) if r is not None and finite(r.lower) else 0
-                hi = int(r.upper) if r is not None and finite(r.upper) else None
-                dims[size.node.expr] = Dim(str(size.node.expr), min=max(lo, 0), **({"max": hi} if hi is not None else {}))
+                bound = {"max": int(r.upper)} if r is not None and finite(r.upper) else {}
+                dims[size.node.expr] = Dim(str(size.node.expr), min=max(lo, 0), **bound)
     spec = []
     for shape in sizes:
         per_input = {d: _export_dim(size.node.expr, dims) for d, size in enumerate(shape) if not isinstance(size, int)}
