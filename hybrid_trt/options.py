@@ -169,6 +169,8 @@ def _as_op_name(key, v) -> str:
 
 
 def _as_dir(key, v) -> Optional[str]:
+    if isinstance(v, str):  # "  " or " /data/cache " from a shell or a unit file: a typo, not a directory name
+        v = v.strip()
     if v is None or v == "":
         return None
     if not isinstance(v, (str, os.PathLike)):

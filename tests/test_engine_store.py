@@ -329,6 +329,19 @@ def test_eviction_is_by_last_use_not_write_time(tmp_path):
     assert present == {a, c, d}, "B (written after A, used before it) must go, not A (written first)"
 
 
+def test_a_stray_file_in_the_store_does_not_turn_eviction_off(tmp_path):
+    """A file where shard directories live (a note, an editor's backup) failed the whole eviction pass: the bound
+    was never enforced again, silently. It is skipped, and left alone."""
+    size = 100_000
+    store = EngineStore(tmp_path, max_bytes=int(1.5 * size))
+    a, b = _key("a"), _key("b")
+    store.put(a, {"engine.bin": os.urandom(size)}, {})
+    stray = _entry_dir(tmp_path, a).parent.parent / "notes.txt"
+    stray.write_text("a stray file\n")
+    store.put(b, {"engine.bin": os.urandom(size)}, {})
+    assert not _entry_dir(tmp_path, a).exists() and _entry_dir(tmp_path, b).exists() and stray.exists()
+
+
 def test_an_entry_over_the_bound_is_kept_and_the_rest_evicted(tmp_path):
     store = EngineStore(tmp_path, max_bytes=1000)
     small, big = _key("small"), _key("big")

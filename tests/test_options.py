@@ -202,6 +202,9 @@ def test_cache_options_and_their_environment_variables(tmp_path, monkeypatch):
         make_options({"cache_max_bytes": 0}, environ={})
     with pytest.raises(ValueError, match="cache_dir"):
         make_options({"cache_dir": 3}, environ={})
+    # Blanks around a directory from the environment are a typo: "   " was a directory named three spaces.
+    assert make_options(environ={"HYBRID_TRT_CACHE_DIR": "   "}).cache_dir is None
+    assert make_options(environ={"HYBRID_TRT_CACHE_DIR": f" {tmp_path / 'c'} "}).cache_dir == str(tmp_path / "c")
 
 
 def test_only_compiled_fields_enter_the_cache_tag():

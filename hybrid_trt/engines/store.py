@@ -295,6 +295,8 @@ class EngineStore:
         entries, total, now = [], 0, time.time()
         try:
             for shard in (self.root / f"v{FORMAT}").iterdir():
+                if not shard.is_dir():  # a stray file (a note, an editor's backup): not ours to count or remove;
+                    continue            # listing it failed the whole pass and turned eviction off for good
                 for path in shard.iterdir():
                     try:
                         if path.name.startswith("."):  # debris of a process that died mid-write or mid-remove
