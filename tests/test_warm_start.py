@@ -50,3 +50,29 @@ def test_warm_start_with_symbolic_shapes_loads_each_shape(tmp_path):
     # (dynamic=True also gives Dynamo a graph of size arithmetic only, which Inductor's cache may skip)
     assert warm["matches"] and warm["from_inductor_cache"][-1] is True, warm["tables"]
     assert _sources(warm) == ["loaded", "loaded"], warm["tables"]  # recipe and both shapes' engines stored
+
+
+def test_an_entry_that_verifies_but_does_not_load_is_replaced(tmp_path):
+    """Engine files whose checksums match but which the delegate rejects (written by a broken build, or a
+    delegate upgrade the key does not see): the entry was rebuilt in memory by every process and never replaced,
+    so warm starts never recovered. Now it is removed (one warning), rebuilt and stored: the next process loads."""
+    import hashlib
+    import json
+    cold = run_child(tmp_path, "hybrid_trt", "detector")
+    assert cold["matches"] and set(_sources(cold)) == {"built"}, cold["tables"]
+    damaged = 0
+    for meta_path in (tmp_path / "hybrid_trt" / "v1").glob("*/*/meta.json"):
+        meta = json.loads(meta_path.read_text())
+        if meta.get("kind") != "static":
+            continue
+        for name in [n for n in meta["files"] if n.startswith("engine.") and n.endswith(".onnx")]:
+            data = b"not an onnx model"
+            (meta_path.parent / name).write_bytes(data)
+            meta["files"][name] = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
+            damaged += 1
+        meta_path.write_text(json.dumps(meta))
+    assert damaged
+    rebuilt = run_child(tmp_path, "hybrid_trt", "detector")
+    assert rebuilt["matches"] and "built" in _sources(rebuilt), rebuilt["tables"]
+    warm = run_child(tmp_path, "hybrid_trt", "detector")
+    assert warm["matches"] and set(_sources(warm)) == {"loaded"}, warm["tables"]

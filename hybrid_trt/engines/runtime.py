@@ -243,8 +243,10 @@ def load_runtime(key: str, store: EngineStore, device: Optional[torch.device], p
             logger.debug("hybrid_trt: %s: %s; rebuilt", name, e)
             return None
         except Exception as e:  # noqa: BLE001 - a stored engine that does not load is rebuilt, never fatal
-            logger.warning("hybrid_trt: %s: stored %s engine does not load (%s); it is rebuilt",
-                           name, meta["delegate"], e)
+            if policy.deploy:  # a package's store is read-only: load() says what to do
+                logger.warning("hybrid_trt: %s: stored %s engine does not load (%s)", name, meta["delegate"], e)
+            else:  # removed (one warning), so that the rebuild replaces it
+                store.discard(entry, f"{meta['delegate']}: {type(e).__name__}: {e}")
             return None
     REGISTRY.register(runtime)
     return runtime
@@ -344,9 +346,10 @@ class PartitionRuntime:
                     self.load_static(entry, lower_s, t0)
                     return
                 except Exception as e:  # noqa: BLE001 - a stored engine that does not load is rebuilt
-                    logger.warning("hybrid_trt: %s: stored %s engine does not load (%s); building it again",
-                                   self.name, self.delegate.name, e)
-                    built.append(self._build_engine(model, out_metas, signature))
+                    # Removed (one warning) and replaced by this build, or every process would rebuild it.
+                    self.store.discard(entry, f"{self.delegate.name}: {type(e).__name__}: {e}")
+                    files, stored_meta = build()
+                    self.store.put(self.key, files, stored_meta)
             engine = built[-1]
         self._set_static(engine, out_metas)
         self._record(signature, "built", lower_s + time.perf_counter() - t0, lower_s)
@@ -515,6 +518,7 @@ class PartitionRuntime:
             return loaded(inputs)
         key = _digest("shape", self.key, text, [str(d) for d in dtypes])
         t0 = time.perf_counter()
+        entry = None
         try:
             entry = self.store.get(key, lazy=True)
             if entry is not None:
@@ -525,9 +529,11 @@ class PartitionRuntime:
                 return outs
         except CorruptEntry as e:  # the store removed the entry and warned
             logger.debug("hybrid_trt: %s: stored engine for [%s]: %s; building it again", self.name, text, e)
-        except Exception as e:  # noqa: BLE001 - an unusable stored engine is rebuilt
-            logger.warning("hybrid_trt: %s: stored engine for [%s] unusable (%s); building it again",
-                           self.name, text, e)
+        except Exception as e:  # noqa: BLE001 - an unusable stored engine is rebuilt, and replaced below
+            if self.policy.deploy:
+                logger.warning("hybrid_trt: %s: stored engine for [%s] unusable (%s)", self.name, text, e)
+            elif entry is not None:
+                self.store.discard(entry, f"[{text}] {type(e).__name__}: {e}")
         if self.policy.deploy:
             raise self._not_in_package(text)
         if self._built >= self.policy.max_engines:

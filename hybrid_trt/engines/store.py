@@ -198,6 +198,21 @@ class EngineStore:
         self._evict(keep=key)
         return entry
 
+    def discard(self, entry: Entry, why: str) -> None:
+        """Remove ``entry``, which verified but does not load here (its delegate rejects the engine), with one
+        warning, so that the engine built instead is stored in its place; left alone when another process
+        replaced it meanwhile. Kept, it was rebuilt in memory by every process and never replaced."""
+        if self.root is None or entry.path is None:
+            return
+        try:
+            seen = (entry.path / _META).read_bytes()
+            if json.loads(seen) != entry.meta:
+                return
+        except (OSError, ValueError):
+            return
+        self._discard(entry.key, entry.path, seen, "unloadable", f"an engine cache entry that does not load ({why})",
+                      locked=False)
+
     def get_or_build(self, key: str, build: Callable[[], tuple[dict[str, bytes], dict]],
                      expect_environment: Optional[Mapping[str, str]] = None) -> tuple[Entry, bool]:
         """The stored entry of ``key`` (loaded=True), else ``build()``'s, stored when possible (loaded=False).
