@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 import time
@@ -229,6 +230,8 @@ CORRUPTIONS = {
     "truncated file": lambda p: (p / "engine.bin").write_bytes((p / "engine.bin").read_bytes()[:-100]),
     "missing file": lambda p: (p / "engine.bin").unlink(),
     "missing meta.json": lambda p: (p / "meta.json").unlink(),
+    # a leftover file where the entry's directory belongs: publishing the rebuild failed (ENOTDIR) in every process
+    "a file in its place": lambda p: (shutil.rmtree(p), p.write_bytes(b"leftover")),
 }
 
 

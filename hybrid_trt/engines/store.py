@@ -360,6 +360,8 @@ def _read_meta(key: str, path: pathlib.Path) -> tuple[Optional[bytes], Optional[
     except (FileNotFoundError, NotADirectoryError):
         if path.is_dir():  # entries are published whole, so a directory without meta.json is damaged
             raise _Corrupt("meta.json is missing", None) from None
+        if os.path.lexists(path):  # a file where the entry belongs: removed, or publishing fails in every process
+            raise _Corrupt("a file, not an entry directory", None) from None
         return None, None, {}
     try:
         meta = json.loads(meta_bytes)
@@ -461,4 +463,7 @@ def _remove(path: pathlib.Path) -> None:
         os.rename(path, trash)
     except OSError:
         return  # already gone
-    shutil.rmtree(trash, ignore_errors=True)
+    if trash.is_dir() and not trash.is_symlink():
+        shutil.rmtree(trash, ignore_errors=True)
+    else:
+        trash.unlink(missing_ok=True)
