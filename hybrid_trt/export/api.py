@@ -577,7 +577,7 @@ class DeployedModel:
                 raise self._outside_ranges(inputs, problem)
         # AOTInductor's code reads each input at the strides it was compiled for (contiguous) and does not check
         # them: a channels-last, transposed or expanded input gave wrong numbers.
-        inputs = [t if t.is_contiguous() else t.contiguous() for t in inputs]
+        inputs = [t.contiguous() for t in inputs]  # (returns t itself when it is contiguous)
         try:
             with self._call_lock:
                 flat = run_surfacing_failures(self._aoti, *inputs)

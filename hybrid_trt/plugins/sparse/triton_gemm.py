@@ -188,14 +188,14 @@ def _launch(features, weight, nbr, bias, out, order, allow_tf32: bool, w_kcc: bo
     has_order, has_bias = order is not None, bias is not None
     args = (features, weight, nbr, order.contiguous() if has_order else nbr, bias if has_bias else weight, M, out)
     tuned = _AUTOTUNE and out.is_cuda
-    key = (c_in, c_out, K, features.dtype, weight.dtype, has_order, has_bias, precision, w_kcc, tuned,
-           M.bit_length() if tuned else 0)
+    bucket = rows_bucket(M) if tuned else 0
+    key = (c_in, c_out, K, features.dtype, weight.dtype, has_order, has_bias, precision, w_kcc, tuned, bucket)
     kwargs = _LAUNCH_KWARGS.get(key)
     if kwargs is None:
         meta = dict(CIN=c_in, COUT=c_out, K=K, HAS_ORDER=has_order, HAS_BIAS=has_bias, PRECISION=precision,
                     W_KCC=w_kcc, KP=triton.next_power_of_2(K))
         if tuned:
-            tuner = _tuned_kernel(c_in, c_out, K, rows_bucket(M))
+            tuner = _tuned_kernel(c_in, c_out, K, bucket)
             tuner[lambda c: (_cdiv(M, c["BLOCK_M"]), _cdiv(c_out, c["BLOCK_N"]))](*args, **meta)
             best = getattr(tuner, "best_config", None)
             if best is not None:
