@@ -11,23 +11,24 @@ them with spconv 2.x).
     compare-and-swap inserts, load factor <= 1/4). The result never depends
     on thread timing: each lookup returns the row stored with its key.
   * ``_hash_search_kernel`` probes every (output site, kernel offset) of a
-    tile of output rows and writes whole map rows; the output sites are an
-    index tensor (SubM, or any given set) or sorted output keys, which it
-    decodes into the output coordinates on the way. It can also write each
-    row's neighbour mask, the sort key of the row schedule, so no separate
-    pass over the map is needed.
+    tile of output rows (an index tensor: SubM, or any given set) and writes
+    whole map rows. It can also write each row's neighbour mask, the sort key
+    of the row schedule, so no separate pass over the map is needed.
   * ``subm_rulebook``: table (a fill and an insert kernel), the search with
     mask keys, a stable argsort of the keys and its cast to int32; no host
     synchronisation.
   * ``strided_rulebook``: one kernel computes every (input row, offset)'s
-    output key, inserts it into a second, key-only hash table and appends the
-    keys it inserted first to a list of unique sites; the list's length is
-    the one host synchronisation. Only those M unique keys are sorted (not the
-    N * K candidates), then the same search kernel as SubM fills the map (a
-    pull over the output sites) and the mask keys. Output sites come out
-    sorted by key, the order of the torch reference. Keys are int32 whenever
-    one sample's output grid fits; a batch index that overflows them is
-    flagged by the kernel and the build is redone in int64.
+    output key, inserts it into a key-only hash table and appends the keys it
+    inserted first (and their slots) to a list of unique sites; the list's
+    length is the one host synchronisation. Only those M unique keys are
+    sorted (not the N * K candidates); a kernel stores each site's rank in
+    its table slot and decodes its coordinates; then the map is pushed: each
+    (input row, offset) on the stride lattice looks its output up in the same
+    table and writes its map entry and mask bit. No table of the input sites
+    is built. Output sites come out sorted by key, the order of the torch
+    reference. Keys are int32 whenever one sample's output grid fits; a batch
+    index that overflows them is flagged by the kernel and the build is
+    redone in int64.
   * ``transpose_neighbor_map``: scatter of the inverse-conv rulebook.
   * ``mask_order``: neighbour mask per row, then a stable argsort (for maps
     that did not come out of a search, i.e. the transposed one).
@@ -110,48 +111,27 @@ def _hash_insert_kernel(
 
 @triton.jit
 def _hash_search_kernel(
-    out_ptr, table_key_ptr, table_row_ptr, nbr_ptr, out_idx_ptr, mask_key_ptr,
+    out_ptr, table_key_ptr, table_row_ptr, nbr_ptr, mask_key_ptr,
     M, cap_mask, shift,
-    D, H, W, OD, OH, OW,
+    D, H, W,
     SZ, SY, SX, PZ, PY, PX, DZ, DY, DX,
     KY: tl.constexpr, KX: tl.constexpr, K: tl.constexpr, KP: tl.constexpr,
-    FROM_KEYS: tl.constexpr, MASK_KEY: tl.constexpr,
-    BLOCK_M: tl.constexpr,
+    MASK_KEY: tl.constexpr, BLOCK_M: tl.constexpr,
 ):
     """nbr[m, k] = input row at o_m * S - P + k * D (or -1), for BLOCK_M output
-    sites x all kernel offsets per program, so each output row's coordinates
-    are read once and its map row is stored contiguously.
-
-    Output sites: rows of an int32 [M, 4] index tensor, or (FROM_KEYS) sorted
-    row-major keys of the (OD, OH, OW) grid, decoded here and written to
-    out_idx. MASK_KEY: also write each row's mask key."""
+    sites (rows of an int32 [M, 4] index tensor) x all kernel offsets per
+    program, so each output row's coordinates are read once and its map row is
+    stored contiguously. MASK_KEY: also write each row's mask key."""
     m = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
     k = tl.arange(0, KP)
     m_ok = m < M
     kz = (k // (KY * KX))[None, :]
     ky = ((k // KX) % KY)[None, :]
     kx = (k % KX)[None, :]
-    if FROM_KEYS:
-        site = tl.load(out_ptr + m, mask=m_ok, other=0).to(tl.int64)
-        ox = site % OW
-        rest = site // OW
-        oy = rest % OH
-        rest = rest // OH
-        oz = rest % OD
-        ob = rest // OD
-        tl.store(out_idx_ptr + m * 4 + 0, ob.to(tl.int32), mask=m_ok)
-        tl.store(out_idx_ptr + m * 4 + 1, oz.to(tl.int32), mask=m_ok)
-        tl.store(out_idx_ptr + m * 4 + 2, oy.to(tl.int32), mask=m_ok)
-        tl.store(out_idx_ptr + m * 4 + 3, ox.to(tl.int32), mask=m_ok)
-    else:
-        ob = tl.load(out_ptr + m * 4 + 0, mask=m_ok, other=0).to(tl.int64)
-        oz = tl.load(out_ptr + m * 4 + 1, mask=m_ok, other=0).to(tl.int64)
-        oy = tl.load(out_ptr + m * 4 + 2, mask=m_ok, other=0).to(tl.int64)
-        ox = tl.load(out_ptr + m * 4 + 3, mask=m_ok, other=0).to(tl.int64)
-    b = ob[:, None]
-    z = oz[:, None] * SZ - PZ + kz * DZ
-    y = oy[:, None] * SY - PY + ky * DY
-    x = ox[:, None] * SX - PX + kx * DX
+    b = tl.load(out_ptr + m * 4 + 0, mask=m_ok, other=0).to(tl.int64)[:, None]
+    z = tl.load(out_ptr + m * 4 + 1, mask=m_ok, other=0).to(tl.int64)[:, None] * SZ - PZ + kz * DZ
+    y = tl.load(out_ptr + m * 4 + 2, mask=m_ok, other=0).to(tl.int64)[:, None] * SY - PY + ky * DY
+    x = tl.load(out_ptr + m * 4 + 3, mask=m_ok, other=0).to(tl.int64)[:, None] * SX - PX + kx * DX
     store_ok = m_ok[:, None] & (k < K)[None, :]
     todo = store_ok & (z >= 0) & (z < D) & (y >= 0) & (y < H) & (x >= 0) & (x < W)
     key = ((b * D + z) * H + y) * W + x
@@ -173,22 +153,12 @@ def _hash_search_kernel(
 
 
 @triton.jit
-def _strided_sites_kernel(
-    idx_ptr, table_ptr, sites_ptr, status_ptr,
-    total, cap_mask, shift, sites_cap,
-    OD, OH, OW,
-    SZ, SY, SX, PZ, PY, PX, DZ, DY, DX,
-    LIMIT,
+def _strided_target(
+    idx_ptr, offs, mask, OD, OH, OW, SZ, SY, SX, PZ, PY, PX, DZ, DY, DX,
     KY: tl.constexpr, KX: tl.constexpr, K: tl.constexpr,
-    BLOCK: tl.constexpr, SCRATCH_GROUPS: tl.constexpr,
 ):
-    """The output site that input row n reaches through offset k (for every
-    pair n * K + k), inserted into a key-only hash table; the lane whose
-    insert created a key appends it to sites[status[0]++]. status[1] is set
-    when a key exceeds LIMIT (the table's dtype)."""
-    lane = tl.arange(0, BLOCK)
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + lane
-    mask = offs < total
+    """For the pairs offs = n * K + k: input row n, offset k, the row-major key
+    of the output site that n reaches through k, and whether it reaches one."""
     n = offs // K
     k = offs % K
     kz = k // (KY * KX)
@@ -207,6 +177,28 @@ def _strided_sites_kernel(
              & (oz * SZ == nz) & (oy * SY == ny) & (ox * SX == nx)
              & (oz < OD) & (oy < OH) & (ox < OW))
     key = ((b * OD + oz) * OH + oy) * OW + ox
+    return n, k, key, valid
+
+
+@triton.jit
+def _strided_sites_kernel(
+    idx_ptr, table_ptr, sites_ptr, slots_ptr, status_ptr,
+    total, cap_mask, shift, sites_cap,
+    OD, OH, OW,
+    SZ, SY, SX, PZ, PY, PX, DZ, DY, DX,
+    LIMIT,
+    KY: tl.constexpr, KX: tl.constexpr, K: tl.constexpr,
+    BLOCK: tl.constexpr, SCRATCH_GROUPS: tl.constexpr,
+):
+    """The output site that input row n reaches through offset k (for every
+    pair n * K + k), inserted into a key-only hash table; the lane whose
+    insert created a key appends it to sites[status[0]++] and its table slot
+    to slots[] at the same place. status[1] is set when a key exceeds LIMIT
+    (the table's dtype)."""
+    lane = tl.arange(0, BLOCK)
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + lane
+    n, k, key, valid = _strided_target(idx_ptr, offs, offs < total, OD, OH, OW, SZ, SY, SX, PZ, PY, PX,
+                                       DZ, DY, DX, KY, KX, K)
     # A key that does not fit the table's dtype (a batch index beyond what
     # the launcher assumed) is flagged; the launcher then redoes it in int64.
     too_wide = valid & (key > LIMIT)
@@ -220,17 +212,79 @@ def _strided_sites_kernel(
     scratch = cap_mask + 1 + (tl.program_id(0) % SCRATCH_GROUPS) * BLOCK + lane
     empty = tl.full([BLOCK], _EMPTY, table_ptr.dtype.element_ty)
     created = tl.zeros([BLOCK], tl.int32)
+    created_slot = tl.zeros([BLOCK], tl.int64)
     while tl.max(todo.to(tl.int32), axis=0) > 0:
         target = tl.where(todo, slot, scratch)
         prev = tl.atomic_cas(table_ptr + target, empty, key, sem="relaxed")
-        created = tl.where(todo & (prev == _EMPTY), 1, created)
+        new = todo & (prev == _EMPTY)
+        created = tl.where(new, 1, created)
+        created_slot = tl.where(new, slot, created_slot)
         todo = todo & (prev != _EMPTY) & (prev != key)
         slot = (slot + 1) & cap_mask
     # One atomic per program reserves room for its new sites. Their order in
     # the list depends on timing; the launcher sorts the list.
     base = tl.atomic_add(status_ptr, tl.sum(created, axis=0), sem="relaxed")
     pos = base + tl.cumsum(created, axis=0) - created
-    tl.store(sites_ptr + pos, key, mask=(created > 0) & (pos < sites_cap))
+    keep = (created > 0) & (pos < sites_cap)
+    tl.store(sites_ptr + pos, key, mask=keep)
+    tl.store(slots_ptr + pos, created_slot.to(tl.int32), mask=keep)
+
+
+@triton.jit
+def _strided_number_kernel(sorted_ptr, perm_ptr, slots_ptr, site_row_ptr, out_idx_ptr, M, OD, OH, OW,
+                           BLOCK: tl.constexpr):
+    """Output site m (the m-th smallest key): its table slot's value becomes m,
+    and its key is decoded into out_idx[m] = (b, z, y, x)."""
+    m = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    ok = m < M
+    site = tl.load(sorted_ptr + m, mask=ok, other=0).to(tl.int64)
+    slot = tl.load(slots_ptr + tl.load(perm_ptr + m, mask=ok, other=0), mask=ok, other=0)
+    tl.store(site_row_ptr + slot, m.to(tl.int32), mask=ok)
+    ox = site % OW
+    rest = site // OW
+    oy = rest % OH
+    rest = rest // OH
+    tl.store(out_idx_ptr + m * 4 + 0, (rest // OD).to(tl.int32), mask=ok)
+    tl.store(out_idx_ptr + m * 4 + 1, (rest % OD).to(tl.int32), mask=ok)
+    tl.store(out_idx_ptr + m * 4 + 2, oy.to(tl.int32), mask=ok)
+    tl.store(out_idx_ptr + m * 4 + 3, ox.to(tl.int32), mask=ok)
+
+
+@triton.jit
+def _strided_push_kernel(
+    idx_ptr, table_ptr, site_row_ptr, nbr_ptr, mask_key_ptr,
+    total, cap_mask, shift,
+    OD, OH, OW,
+    SZ, SY, SX, PZ, PY, PX, DZ, DY, DX,
+    KY: tl.constexpr, KX: tl.constexpr, K: tl.constexpr,
+    MASK_KEY: tl.constexpr, BLOCK: tl.constexpr,
+):
+    """nbr[o, k] = n for every pair (n, k) that reaches output site o, found
+    through the site table (every such key is in it), and o's mask key from
+    atomics. A push: only the ~K / prod(S) pairs on the stride lattice probe
+    the table, where a pull over the output sites would probe all K offsets
+    of every site (9x more probes for 3x3x3 stride 2)."""
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    n, k, key, todo = _strided_target(idx_ptr, offs, offs < total, OD, OH, OW, SZ, SY, SX, PZ, PY, PX,
+                                      DZ, DY, DX, KY, KX, K)
+    key = key.to(table_ptr.dtype.element_ty)
+    slot = _hash_slot(key, shift)
+    o = tl.full([BLOCK], -1, tl.int32)
+    while tl.max(todo.to(tl.int32), axis=0) > 0:
+        v = tl.load(table_ptr + slot, mask=todo, other=_EMPTY)
+        hit = todo & (v == key)
+        o = tl.where(hit, tl.load(site_row_ptr + slot, mask=hit, other=-1), o)
+        todo = todo & (v != _EMPTY) & (v != key)
+        slot = (slot + 1) & cap_mask
+    found = o >= 0
+    o = o.to(tl.int64)
+    # Input sites are unique, so each (o, k) has one writer: the map does not
+    # depend on timing, and neither does the OR / count of the mask key.
+    tl.store(nbr_ptr + o * K + k, n.to(tl.int32), mask=found)
+    if MASK_KEY == 1:
+        tl.atomic_or(mask_key_ptr + o, (1 << k).to(tl.int32), mask=found, sem="relaxed")
+    else:
+        tl.atomic_add(mask_key_ptr + o, tl.full([BLOCK], 1, tl.int32), mask=found, sem="relaxed")
 
 
 @triton.jit
@@ -306,23 +360,18 @@ def _hash_table(in_indices: torch.Tensor, in_spatial_shape) -> tuple[torch.Tenso
     return keys, rows, cap - 1, 32 - log2cap
 
 
-def _search(sites, table, nbr, in_spatial_shape, kernel_size, stride, padding, dilation,
-            out_spatial_shape=None, out_indices=None, mask_key=None) -> None:
-    """Fill ``nbr`` for output ``sites``: an int32 [M, 4] index tensor, or with
-    ``out_spatial_shape`` sorted keys of that grid, decoded into
-    ``out_indices``. ``mask_key`` (optional) receives the rows' mask keys."""
+def _search(sites, table, nbr, in_spatial_shape, kernel_size, stride, padding, dilation, mask_key=None) -> None:
+    """Fill ``nbr`` for output ``sites`` (an int32 [M, 4] index tensor);
+    ``mask_key`` (optional) receives the rows' mask keys."""
     K, kp, block_m, key_kind = _kernel_shape(kernel_size)
     M = nbr.shape[0]
     keys, rows, cap_mask, shift = table
-    from_keys = out_spatial_shape is not None
     _hash_search_kernel[_grid(M, block_m)](
         sites, keys, rows, nbr,
-        out_indices if from_keys else nbr,  # unused pointers get any tensor
-        mask_key if mask_key is not None else nbr,
-        M, cap_mask, shift,
-        *in_spatial_shape, *(out_spatial_shape if from_keys else (1, 1, 1)), *stride, *padding, *dilation,
+        mask_key if mask_key is not None else nbr,  # an unused pointer gets any tensor
+        M, cap_mask, shift, *in_spatial_shape, *stride, *padding, *dilation,
         KY=kernel_size[1], KX=kernel_size[2], K=K, KP=kp,
-        FROM_KEYS=from_keys, MASK_KEY=0 if mask_key is None else key_kind, BLOCK_M=block_m,
+        MASK_KEY=0 if mask_key is None else key_kind, BLOCK_M=block_m,
     )
 
 
@@ -387,8 +436,9 @@ def strided_rulebook(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Output sites (sorted by key), neighbour map and row schedule of a regular
     sparse conv: the same result as reference.strided_rulebook followed by
-    reference.mask_order."""
-    K = _kernel_shape(kernel_size)[0]
+    reference.mask_order. (``in_spatial_shape`` is implied by the output grid
+    and the geometry; it is kept so that both rulebook launchers read alike.)"""
+    K, _, _, key_kind = _kernel_shape(kernel_size)
     N = in_indices.shape[0]
     device = in_indices.device
     if N == 0:
@@ -396,17 +446,15 @@ def strided_rulebook(
                 torch.empty((0, K), dtype=torch.int32, device=device),
                 torch.empty((0,), dtype=torch.int32, device=device))
     in_indices = in_indices.contiguous()
-    in_shape = tuple(int(s) for s in in_spatial_shape)
     out_shape = tuple(int(s) for s in out_spatial_shape)
-    if mark:
-        mark("input hash table")
-    # Queued before the synchronisation below, so it runs while the host waits.
-    table = _hash_table(in_indices, in_shape)
+    geometry = (*out_shape, *stride, *padding, *dilation)
     bound = N * _sites_per_input(kernel_size, stride, dilation)
     log2cap = max(4, (2 * bound - 1).bit_length())  # load factor <= 1/2 even if every candidate is distinct
-    if log2cap > 32:
+    if log2cap > 31:  # slots are stored as int32
         raise ValueError(f"sparse rulebook: {N} input sites may reach more output sites than a hash table holds")
+    cap_mask, shift = (1 << log2cap) - 1, 32 - log2cap
     total = N * K
+    slots = torch.empty((bound,), dtype=torch.int32, device=device)
     # int32 keys hold one sample's grid when its volume fits; a larger batch
     # index is caught by the overflow flag and redone in int64.
     narrow = math.prod(out_shape) < _INT32_MAX
@@ -415,13 +463,11 @@ def strided_rulebook(
             continue
         if mark:
             mark(f"output sites ({'int32' if dtype == torch.int32 else 'int64'} keys)")
-        site_table = torch.full(((1 << log2cap) + _SCRATCH_GROUPS * _BLOCK,), _EMPTY.value, dtype=dtype,
-                                device=device)
+        site_table = torch.full((cap_mask + 1 + _SCRATCH_GROUPS * _BLOCK,), _EMPTY.value, dtype=dtype, device=device)
         sites = torch.empty((bound,), dtype=dtype, device=device)
         status = torch.zeros((2,), dtype=torch.int32, device=device)  # [sites, overflow]
         _strided_sites_kernel[_grid(total)](
-            in_indices, site_table, sites, status, total, (1 << log2cap) - 1, 32 - log2cap, bound,
-            *out_shape, *stride, *padding, *dilation, limit,
+            in_indices, site_table, sites, slots, status, total, cap_mask, shift, bound, *geometry, limit,
             KY=kernel_size[1], KX=kernel_size[2], K=K, BLOCK=_BLOCK, SCRATCH_GROUPS=_SCRATCH_GROUPS,
         )
         if mark:
@@ -432,17 +478,24 @@ def strided_rulebook(
     if M > bound:
         raise RuntimeError(f"sparse rulebook: {M} output sites exceed the bound {bound}; "
                            "this is a bug in the strided rulebook, please report it")
-    if mark:
-        mark("sort output sites")
-    sorted_sites = torch.sort(sites[:M]).values
-    if mark:
-        mark("search + mask keys")
-    nbr = torch.empty((M, K), dtype=torch.int32, device=device)
+    nbr = torch.full((M, K), -1, dtype=torch.int32, device=device)
     out_indices = torch.empty((M, 4), dtype=torch.int32, device=device)
-    mask_key = torch.empty((M,), dtype=torch.int32, device=device)
+    mask_key = torch.zeros((M,), dtype=torch.int32, device=device)
     if M:
-        _search(sorted_sites, table, nbr, in_shape, kernel_size, stride, padding, dilation,
-                out_spatial_shape=out_shape, out_indices=out_indices, mask_key=mask_key)
+        if mark:
+            mark("sort output sites")
+        sorted_sites, perm = torch.sort(sites[:M])
+        if mark:
+            mark("number output sites")
+        site_row = torch.empty((cap_mask + 1,), dtype=torch.int32, device=device)
+        _strided_number_kernel[_grid(M)](sorted_sites, perm, slots, site_row, out_indices, M, *out_shape,
+                                         BLOCK=_BLOCK)
+        if mark:
+            mark("map (push) + mask keys")
+        _strided_push_kernel[_grid(total)](
+            in_indices, site_table, site_row, nbr, mask_key, total, cap_mask, shift, *geometry,
+            KY=kernel_size[1], KX=kernel_size[2], K=K, MASK_KEY=key_kind, BLOCK=_BLOCK,
+        )
     if mark:
         mark("order (argsort)")
     return out_indices, nbr, _order(mask_key)
