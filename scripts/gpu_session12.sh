@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Device-call stages for the H200, session 12 (onnxruntime-gpu in /tmp/site from .chunk1-4, spconv in /tmp/spsite
 # from .spconv1). Logs under $OUT/s12, returned as one tarball per stage.
-# Usage: scripts/gpu_session12.sh chunk K | profile | layers [timeout] | e2e | tests [timeout]
+# Usage: scripts/gpu_session12.sh chunk K | profile | layers [timeout] | e2e | e2eprof | tests [timeout]
 set -uo pipefail
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 OUT=${OUT:-/tmp/out}
 export HYBRID_TRT_CACHE_DIR=/tmp/htrt-cache TORCHINDUCTOR_CACHE_DIR=/tmp/ind-cache
@@ -33,6 +33,11 @@ case ${1:?stage} in
     timeout 330 python3 benchmarks/bench_sparse.py --e2e-spconv --runs 3 --out $L/e2e.md > $L/e2e.log 2>&1
     echo "e2e rc=$?"; tail -14 $L/e2e.md
     tar czf $OUT/s12_e2e.tgz -C $OUT s12/e2e.md s12/e2e.log
+    ;;
+  e2eprof)  # profiles of the LiDAR example, eager / Inductor / hybrid_trt (the #10 gap to Inductor)
+    timeout 200 python3 benchmarks/profile_sparse.py --e2e > $L/e2e_profile.log 2>&1; echo "e2e profile rc=$?"
+    grep -E "=====" $L/e2e_profile.log
+    tar czf $OUT/s12_e2eprof.tgz -C $OUT s12/e2e_profile.log
     ;;
   tests)  # CUDA tests of the sparse plugin and graphs
     timeout ${2:-250} python3 -m pytest -q -p no:cacheprovider tests/plugins tests/test_cuda_graphs.py \
