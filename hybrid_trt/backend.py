@@ -4,6 +4,7 @@ hybrid compile (engines/graph.py)."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import time
 from collections import Counter
 
@@ -140,7 +141,8 @@ def _compile_graph(gm: fx.GraphModule, example_inputs, opts: Options, check_weig
         with source_hashes_in_background() as start_hashing:  # Inductor's cache key needs them
             t0 = time.perf_counter()
             # They overlap with the engine loads unless the stored graph is called directly (no Inductor at all).
-            graph = open_graph(store, graph_key(gm, example_inputs, weights, opts), policy, before_loads=lambda
+            graph = open_graph(store, _with_traced_state(graph_key(gm, example_inputs, weights, opts)), policy,
+                               before_loads=lambda
                                stored: None if _stored_direct(stored, opts) else start_hashing())
             logger.debug("hybrid_trt: graph %d key and stored engines in %.3f s", report.graph_index,
                          time.perf_counter() - t0)
@@ -165,6 +167,19 @@ def _compile_graph(gm: fx.GraphModule, example_inputs, opts: Options, check_weig
     positions = compiled_weights or _graph_weights(_lifted_weights(gm), weights)
     called = _hold(_called_per_call(compiled, per_call, positions, runtimes, opts, report), runtimes)
     return _checked(called, weights, original, report, opts) if runtimes and original is not None else called
+
+
+def _with_traced_state(key: str) -> str:
+    """``key`` (the captured graph's) extended by the global state AOTAutograd traces it under. Dynamo's graph is
+    the same code inside and outside ``torch.autocast``; the casts are added when it is traced, so a graph first
+    compiled in float32 and stored was served, engines and all, to the same model called under autocast (float32
+    outputs where eager gives bfloat16). The state is the one AOTAutograd's own cache keys on
+    (``AOTAutogradCacheDetails._record_runtime_state``), and the default dtype, which factory calls read then."""
+    autocast = {device: str(torch.get_autocast_dtype(device)) for device in torch._C._autocast_supported_devices()
+                if torch.is_autocast_enabled(device)}
+    state = (f"autocast={sorted(autocast.items())} deterministic={torch.are_deterministic_algorithms_enabled()} "
+             f"default_dtype={torch.get_default_dtype()}")
+    return hashlib.sha256(f"{key} {state}".encode()).hexdigest()
 
 
 def _checked(called, weights: dict, original, report: CompileReport, opts: Options):

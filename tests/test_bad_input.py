@@ -297,6 +297,22 @@ def test_inference_mode_behaves_as_no_grad():
         assert_close(fast(x), ref, what="no_grad after inference_mode")
 
 
+def test_autocast_after_a_float32_compile_matches_eager():
+    """Dynamo's graph is the same code under torch.autocast; the casts appear only when AOTAutograd traces it. The
+    float32 compile stored a graph entry that the autocast compile of the same model was then served: float32
+    engines, float32 outputs where eager gives bfloat16."""
+    model = _model(ConvNet)
+    x = torch.randn(2, 3, 16, 16)
+    with torch.no_grad():
+        fast = torch.compile(model, backend="hybrid_trt")
+        assert_close(fast(x), model(x), what="float32")
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            ref = model(x)
+            assert ref.dtype == torch.bfloat16
+            assert_close(fast(x), ref, rtol=2e-2, atol=2e-2, what="under autocast")
+        assert_close(fast(x), model(x), what="float32 again")
+
+
 # -- a delegate library that is missing or broken -----------------------------------------------------------------
 _BROKEN = {
     # sitecustomize makes the path finder not see the package, exactly as if it were not installed
