@@ -20,7 +20,8 @@ End to end (--e2e-spconv): examples/lidar_detector.py built once on our modules 
 examples/lidar_spconv_twin.py, on spconv's (same weights, checked equal), then spconv eager (what teams run
 today) against ours eager, under Inductor and under hybrid_trt, fp16, "realistic" config.
 
-Times: median of --iters calls after warm-up, CUDA events around each call (host dispatch included), ms.
+Times: median of --iters calls after warm-up, CUDA events around each call (host dispatch included), ms; the
+sides of a ratio are timed in interleaved rounds (one call of each per round, the order rotating).
 The markdown (--out) is rewritten after every case, so a run cut short keeps what it measured.
 
     python benchmarks/bench_sparse.py --runs 3 --out benchmarks/results/sparse_spconv_h200.md
@@ -104,6 +105,36 @@ def cuda_time_ms(fn, warmup: int = 5, iters: int | None = None) -> float:
     return times[len(times) // 2]
 
 
+def interleaved_ms(fns: dict, warmup: int = 5, iters: int | None = None) -> dict:
+    """Median ms per call of each function, timed in interleaved rounds (each
+    round calls every function once, the order rotating), so that a burst of
+    host or GPU noise falls on every side of a ratio alike rather than on
+    whichever was timed during it. Same per-call measurement as cuda_time_ms."""
+    iters = ITERS if iters is None else iters
+    labels = list(fns)
+    for label in labels:
+        for _ in range(warmup):
+            fns[label]()
+    times = {label: [] for label in labels}
+    if DEVICE != "cpu":
+        torch.cuda.synchronize()
+    for i in range(iters):
+        for j in range(len(labels)):
+            label = labels[(i + j) % len(labels)]
+            if DEVICE == "cpu":  # smoke-test mode: wall clock
+                t0 = time.perf_counter()
+                fns[label]()
+                times[label].append((time.perf_counter() - t0) * 1e3)
+                continue
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fns[label]()
+            end.record()
+            end.synchronize()
+            times[label].append(start.elapsed_time(end))
+    return {label: sorted(t)[len(t) // 2] for label, t in times.items()}
+
+
 def make_cloud(n_voxels: int, channels: int, dtype, seed: int = 0):
     """A LiDAR-like cloud on GRID (examples/lidar_detector.make_inputs) with random normal features."""
     cfg = lidar_detector.DetectorConfig(grid=GRID, voxels_per_sample=n_voxels, batch_size=1)
@@ -169,7 +200,7 @@ def bench_case(case, n_voxels: int, dtype, seed: int, run: int) -> dict:
     for label, lib in _libraries():
         new_input = lambda lib=lib: lib.SparseConvTensor(feats, coords, list(grid), 1)  # noqa: E731
         impls.append((label, twin.twin_conv(ours, lib), new_input))
-    outs = {}
+    outs, layer_fns, cached_fns = {}, {}, {}
     with torch.no_grad():
         for label, conv, new_input in impls:
             try:
@@ -179,11 +210,16 @@ def bench_case(case, n_voxels: int, dtype, seed: int, run: int) -> dict:
                 outs[label] = (y.indices, y.features, cached_f, tuple(y.spatial_shape))
                 if label == "ours":
                     row["M"] = y.features.shape[0]
-                row[f"{label}_layer"] = cuda_time_ms(lambda: conv(new_input()))
-                row[f"{label}_cached"] = cuda_time_ms(fn) if fn is not None else None
+                layer_fns[label] = lambda conv=conv, new_input=new_input: conv(new_input())
+                if fn is not None:
+                    cached_fns[label] = fn
             except Exception as e:  # noqa: BLE001 - reported in the table, the sweep continues
                 row[f"{label}_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
                 traceback.print_exc()
+        # Every library's layer (then cached call) in the same interleaved rounds.
+        for kind, fns in (("layer", layer_fns), ("cached", cached_fns)):
+            for label, ms in interleaved_ms(fns).items():
+                row[f"{label}_{kind}"] = ms
     if "ours" in outs:
         o_idx, o_f, o_cached, shape = outs["ours"]
         for label, _ in _libraries():
@@ -308,16 +344,23 @@ def end_to_end(config: str, dtype, modes: list[str], runs: int, rows: list, on_r
             print(info, flush=True)
             on_row()
         for run in range(1, runs + 1):
-            for mode, fn in fns.items():  # round robin: a drift in the machine's speed hits every mode alike
+            # Interleaved rounds: a drift in the machine's speed hits every mode alike.
+            timed = {mode: (lambda fn=fn: fn(feats, coords)) for mode, fn in fns.items()}
+            try:
+                ms = interleaved_ms(timed)
+                error = None
+            except Exception as e:  # noqa: BLE001
+                ms, error = {}, f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+                traceback.print_exc()
+            for mode in fns:
                 row = {"mode": mode, "N": coords.shape[0], "run": run}
-                try:
-                    row["ms"] = cuda_time_ms(lambda: fn(feats, coords))
-                except Exception as e:  # noqa: BLE001
-                    row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
-                    traceback.print_exc()
+                if mode in ms:
+                    row["ms"] = ms[mode]
+                else:
+                    row["error"] = error
                 rows.append(row)
                 print(row, flush=True)
-                on_row()
+            on_row()
 
 
 def _e2e_callable(mode, model, feats, coords, expected, expected_heads, tol, info):
@@ -441,7 +484,8 @@ def _header(e2e: bool) -> list[str]:
         f"{_onnxruntime_version()}, Python {platform.python_version()}.",
         "",
         f"Times: median of {ITERS} calls after 5 warm-up calls, CUDA events around each call (host dispatch "
-        "included), ms. Only ratios within one run mean anything.",
+        "included), ms, the compared implementations timed in interleaved rounds (one call of each per round). "
+        "Only ratios within one run mean anything.",
     ] + ([] if e2e else [
         "",
         f"Layer cases: grid {'x'.join(map(str, GRID))}, batch 1, synthetic LiDAR-like clouds "
