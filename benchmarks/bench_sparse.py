@@ -18,7 +18,9 @@ relative to the norm), for the layer and the cached outputs. Ratio = ours / spco
 
 End to end (--e2e-spconv): examples/lidar_detector.py built once on our modules and once, through
 examples/lidar_spconv_twin.py, on spconv's (same weights, checked equal), then spconv eager (what teams run
-today) against ours eager, under Inductor and under hybrid_trt, fp16, "realistic" config.
+today) against ours eager, under Inductor and under hybrid_trt, fp16, "realistic" config. The mode
+"hybrid_trt/no-delegates" (for --e2e-modes) is hybrid_trt with no partition delegated (min_block_size beyond
+any partition): our stitching around Inductor alone, which tells the delegate's cost from the stitching's.
 
 Times: median of --iters calls after warm-up, CUDA events around each call (host dispatch included), ms; the
 sides of a ratio are timed in interleaved rounds (one call of each per round, the order rotating).
@@ -379,13 +381,19 @@ def _e2e_callable(mode, model, feats, coords, expected, expected_heads, tol, inf
         torch._dynamo.reset()
         # Explicit for torch versions where fullgraph alone does not allow data-dependent output sizes.
         torch._dynamo.config.capture_dynamic_output_shape_ops = True
-        fn = torch.compile(model, backend=mode, fullgraph=True)
+        # "hybrid_trt/no-delegates": our stitching with every partition left to Inductor (what placement
+        # does when it moves them all), to tell the delegate's cost from the stitching's.
+        backend, _, variant = mode.partition("/")
+        options = {"min_block_size": 1 << 30} if variant == "no-delegates" else {}  # no partition that large
+        if variant not in ("", "no-delegates") or (variant and backend != "hybrid_trt"):
+            raise ValueError(f"unknown e2e mode {mode!r}")
+        fn = torch.compile(model, backend=backend, fullgraph=True, options=options or None)
         t0 = time.perf_counter()
         out = fn(feats, coords)
         if DEVICE == "cuda":
             torch.cuda.synchronize()
         info["compile_s"] = time.perf_counter() - t0
-        if mode == "hybrid_trt":
+        if backend == "hybrid_trt":
             report = hybrid_trt.last_report()
             print(report.table(), flush=True)
             total = report.total_op_count

@@ -25,13 +25,14 @@ case ${1:?stage} in
   layers)  # carry .spconv1: the layer sweep against spconv 2.x, three runs
     spconv
     timeout ${2:-540} python3 benchmarks/bench_sparse.py --runs 3 --out $L/layers.md > $L/layers.log 2>&1
-    echo "layers rc=$?"; grep -E "^\| " $L/layers.md | head -60
+    echo "layers rc=$?"; grep -E "^\| " $L/layers.md | head -20
     tar czf $OUT/s12_layers.tgz -C $OUT s12
     ;;
   e2e)  # carry .spconv1: the LiDAR example against spconv eager, three runs
     spconv
-    timeout 330 python3 benchmarks/bench_sparse.py --e2e-spconv --runs 3 --out $L/e2e.md > $L/e2e.log 2>&1
-    echo "e2e rc=$?"; tail -14 $L/e2e.md
+    timeout 330 python3 benchmarks/bench_sparse.py --e2e-spconv --runs 3 --out $L/e2e.md \
+      --e2e-modes spconv,eager,inductor,hybrid_trt,hybrid_trt/no-delegates > $L/e2e.log 2>&1
+    echo "e2e rc=$?"; tail -16 $L/e2e.md; grep -E "placement" $L/e2e.log | head -5
     tar czf $OUT/s12_e2e.tgz -C $OUT s12/e2e.md s12/e2e.log
     ;;
   e2eprof)  # profiles of the LiDAR example, eager / Inductor / hybrid_trt (the #10 gap to Inductor)
