@@ -239,6 +239,28 @@ def test_nan_and_inf_inputs_match_eager(fn):
     assert_close(out, ref, what="non-finite input")
 
 
+def test_outputs_that_view_each_other_share_memory_as_in_eager():
+    """``return y, y.flatten(1)``: eager's second output is a view of the first (an in-place change to one shows in
+    the other). A delegate returned both from one engine, as two buffers; the view now stays with Inductor, which
+    makes it a view of the delegate's output, and the rest of the graph is still delegated."""
+    conv = _model(ConvNet).c1
+
+    def fn(x):
+        y = torch.relu(conv(x))
+        return y, y.flatten(1), y.flatten(1).t()
+
+    x = torch.randn(2, 3, 8, 8)
+    before = len(hybrid_trt.reports())
+    with torch.no_grad():
+        ref = fn(x)
+        out = torch.compile(fn, backend="hybrid_trt", options={"min_block_size": 1})(x)
+    assert_close(out, ref)
+    assert _delegated(before) > 0
+    out[0].add_(1)
+    assert_close(out[1], out[0].flatten(1), what="the view after an in-place change to its base")
+    assert_close(out[2], out[0].flatten(1).t(), what="a view of the view")
+
+
 # -- concurrency and grad modes -----------------------------------------------------------------------------------
 @pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
 def test_two_threads_share_one_compiled_model(dynamic, hybrid_logs):

@@ -90,6 +90,7 @@ def partition_graph(graph: fx.Graph, delegates: Sequence, min_block_size: int,
             owner[n] = target
         _merge_independent(mine, owner, members, index, nodes)
         _release_constant_outputs(mine, owner, members, index, constant, reasons, delegate.name)
+        _release_returned_views(mine, owner, members, index, reasons, delegate.name)
         for pid in list(mine):
             ops = sum(1 for m in members[pid] if kinds[m] is NodeKind.OP)
             if ops < min_block_size or ops == 0:
@@ -145,6 +146,49 @@ def _release_constant_outputs(mine: list[int], owner, members, index, constant: 
             else:
                 kept.append(m)
         body[:] = kept[::-1]
+
+
+def _release_returned_views(mine: list[int], owner, members, index, reasons, delegate: str) -> None:
+    """Hand back to Inductor a view the graph returns together with the tensor it views (``return y,
+    y.flatten(1)``), where it would be a partition output of its own. In eager the two share memory (an in-place
+    change to one shows in the other); a delegate returns every output in a buffer of its own, and Inductor
+    makes the view a view of the delegate's output again. Only views none of whose users are in the partition
+    leave it, so no cycle can form; reverse topological order releases the views a released view is made from."""
+    reason = f"{delegate}: a view returned with the tensor it views; Inductor keeps it a view of that output"
+    for pid in mine:
+        body = members[pid]
+        body.sort(key=index.__getitem__)
+        kept, released = [], set()
+        for m in reversed(body):
+            # Returned, or viewed only by views released here (y.flatten(1).t(): the flatten goes with the t).
+            wanted = _returned(m) or (m.users and all(u in released for u in m.users))
+            if wanted and _is_view(m) and all(owner.get(u) != pid for u in m.users) \
+                    and _returns_its_base(m, owner, pid):
+                del owner[m]
+                reasons[m].append(reason)
+                released.add(m)
+            else:
+                kept.append(m)
+        body[:] = kept[::-1]
+
+
+def _is_view(node: fx.Node) -> bool:
+    return isinstance(node.target, torch._ops.OpOverload) and node.target.is_view and bool(node.args) \
+        and isinstance(node.args[0], fx.Node)
+
+
+def _returned(node: fx.Node) -> bool:
+    return any(u.op == "output" for u in node.users)
+
+
+def _returns_its_base(view: fx.Node, owner, pid: int) -> bool:
+    """Whether the graph also returns a tensor that ``view`` views (through views of partition ``pid``)."""
+    base = view.args[0]
+    while not _returned(base):
+        if owner.get(base) != pid or not _is_view(base):
+            return False
+        base = base.args[0]
+    return True
 
 
 def _is_light(node: fx.Node) -> bool:
