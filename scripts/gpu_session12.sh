@@ -40,6 +40,11 @@ case ${1:?stage} in
     grep -E "=====" $L/e2e_profile.log
     tar czf $OUT/s12_e2eprof.tgz -C $OUT s12/e2e_profile.log
     ;;
+  probe)  # the LiDAR example's placement verdict against its in-context cost (issue 10)
+    timeout 240 python3 scripts/lidar_placement_probe.py > $L/probe.log 2>&1; echo "probe rc=$?"
+    grep -E "PROBE|placement" $L/probe.log
+    tar czf $OUT/s12_probe.tgz -C $OUT s12/probe.log
+    ;;
   tests)  # CUDA tests of the sparse plugin and graphs
     timeout ${2:-250} python3 -m pytest -q -p no:cacheprovider tests/plugins tests/test_cuda_graphs.py \
       > $L/tests.log 2>&1
