@@ -318,6 +318,42 @@ def test_full_disk_builds_in_memory_in_a_process(tmp_path):
     assert not [p for p in root.rglob("*") if p.is_file() and p.parent.name != "locks"]
 
 
+def _block_lock_file(root, key) -> pathlib.Path:
+    blocker = root / "locks" / f"{key}.lock"
+    blocker.mkdir(parents=True)
+    (blocker / "notes.txt").write_text("not ours\n")  # whatever is in it is left alone
+    return blocker
+
+
+def _block_locks_directory(root, key) -> pathlib.Path:
+    root.mkdir()
+    (root / "locks").write_text("not ours\n")
+    return root / "locks"
+
+
+@pytest.mark.parametrize("block", [_block_lock_file, _block_locks_directory])
+def test_a_lock_path_taken_by_something_else_warns_once_and_still_caches(tmp_path, block):
+    """A directory where the key's lock file belongs (or a file where the locks directory does): no process can
+    take the lock. It read as an unwritable cache ('cannot write ... built without caching', which was false:
+    the entry was stored), and a bad entry was never removed, so every process rebuilt it for good. Now: one
+    warning naming the path and saying to remove it; entries are stored, loaded, and replaced when bad."""
+    root, key, counter = tmp_path / "cache", _key("m"), tmp_path / "builds.txt"
+    blocker = block(root, key)
+    first = _run(root, "get_or_build", key=key, counter=str(counter), generation=1)
+    assert first["loaded"] is False and first["stored"] and first["ok"], first
+    assert len(first["warnings"]) == 1, first["warnings"]
+    warning = first["warnings"][0]
+    assert str(blocker) in warning and "Remove that" in warning and "cannot write" not in warning, warning
+    _flip_byte(_entry_dir(root, key))
+    second = _run(root, "get_or_build", key=key, counter=str(counter), generation=2)
+    assert second["loaded"] is False and second["generation"] == 2 and second["stored"] and second["ok"], second
+    assert sorted("corrupt" in w for w in second["warnings"]) == [False, True], second["warnings"]
+    third = _run(root, "get_or_build", key=key, counter=str(counter), generation=3)
+    assert third["loaded"] is True and third["generation"] == 2 and third["ok"], third  # the rebuild was stored
+    assert len(counter.read_text().splitlines()) == 2
+    assert blocker.exists() and (blocker / "notes.txt" if blocker.is_dir() else blocker).read_text() == "not ours\n"
+
+
 # -- size bound and environments -------------------------------------------------------------------------------
 def test_eviction_is_by_last_use_not_write_time(tmp_path):
     size = 100_000

@@ -12,7 +12,9 @@ Robustness:
 - ``get_or_build`` holds ``fcntl.flock`` on the key's lock file around check-build-put, so N processes build
   an entry once and the others wait and load it. The kernel releases a flock when its holder dies, so a lock
   file left behind is harmless; lock files are never deleted (deleting one while a process holds it would let
-  two processes in at once).
+  two processes in at once). A directory where a lock file belongs (or a file where ``locks/`` does) cannot be
+  locked by anyone: one warning names it, and the store goes on unlocked for that key (storing, replacing bad
+  entries), which at worst builds an entry once per process.
 - Every file's checksum is verified on load; a corrupt, truncated or unreadable entry is removed and rebuilt.
 - A read-only or full directory (any OSError on write) turns caching off for that write; the engine is still
   built and returned from memory.
@@ -286,14 +288,31 @@ class EngineStore:
 
     @contextlib.contextmanager
     def _lock(self, key: str, blocking: bool) -> Iterator[bool]:
-        """Hold the key's inter-process lock; yields False when it could not be taken (unwritable directory,
-        or held elsewhere and not ``blocking``)."""
+        """Hold the key's inter-process lock. Yields True when the caller may go on as the key's one builder: it
+        holds the lock, or no process can hold it (something else occupies its path, see ``_lock_blocker``);
+        False when it was not taken (unwritable directory, or held elsewhere and not ``blocking``)."""
+        locks = self.root / "locks"
+        path = locks / f"{key}.lock"
         try:
-            (self.root / "locks").mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.root / "locks" / f"{key}.lock", os.O_RDWR | os.O_CREAT, 0o666)
+            locks.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
         except OSError as e:
-            self._unwritable(e)
-            yield False
+            blocker = _lock_blocker(locks, path)
+            if blocker is None:
+                self._unwritable(e)
+                yield False
+                return
+            # Every process fails here alike, so none holds the lock and going on unlocked excludes no one: at
+            # worst processes compiling at once each build the entry (publishing is atomic either way). Yielding
+            # False would also stop bad entries from being removed: each process rebuilt them, for good.
+            if blocker == path:
+                what, remove = f"lock file {path} is a directory", "that directory"
+            else:
+                what, remove = f"lock directory {locks} is not a directory", "that file"
+            self._warn("lock path", f"hybrid_trt: the engine cache's {what}; engines are still built and cached, "
+                       "but without the inter-process lock (processes compiling the same model at once may each "
+                       f"build it). Remove {remove} to restore the lock.")
+            yield True
             return
         try:
             try:
@@ -346,6 +365,16 @@ class EngineStore:
         else:
             self._warned.add(kind)
             logger.warning("%s", message)
+
+
+def _lock_blocker(locks: pathlib.Path, path: pathlib.Path) -> Optional[pathlib.Path]:
+    """What keeps the lock file ``path`` from being opened, when it is not the directory's permissions or space:
+    a directory at its path (left by a tool or a hand), or a non-directory where ``locks`` belongs."""
+    if path.is_dir():
+        return path
+    if os.path.lexists(locks) and not locks.is_dir():
+        return locks
+    return None
 
 
 def _check_key(key: str) -> None:

@@ -1,0 +1,75 @@
+"""What a compiling process leaves in the cache directories, in real processes: with the engine store's lock path
+taken by a directory, a compile that still matches eager and stores its engines, with one clear warning.
+
+Each child compiles a small model (Linear-ReLU-Linear delegated, the sigmoid left to Inductor, so Inductor
+writes C++ kernels) and prints ``RESULT {...}``: whether it matched eager, the ``hybrid_trt`` warnings, and what
+TORCHINDUCTOR_CACHE_DIR held before it exited."""
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+_CHILD = r"""
+import json, logging, os, sys
+import torch
+import hybrid_trt
+
+warnings = []
+class Collect(logging.Handler):
+    def emit(self, record):
+        if record.levelno >= logging.WARNING:
+            warnings.append(record.getMessage())
+logging.getLogger("hybrid_trt").addHandler(Collect())
+
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4), torch.nn.Sigmoid())
+x = torch.randn(2, 8)
+options = dict(json.loads(sys.argv[1]), force_inductor_ops=["aten.sigmoid"])
+with torch.no_grad():
+    expected = model.eval()(x)
+    out = torch.compile(model, backend="hybrid_trt", options=options)(x)
+statuses = [p.status for r in hybrid_trt.reports() for p in r.partitions]
+inductor = os.environ["TORCHINDUCTOR_CACHE_DIR"]
+print("RESULT " + json.dumps({"matches": torch.allclose(out, expected, rtol=1e-5, atol=1e-5), "warnings": warnings,
+                              "statuses": statuses, "inductor_during": sorted(os.listdir(inductor))}))
+"""
+
+
+def _compile_in_child(tmp_path, inductor_dir, **options) -> dict:
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(inductor_dir), HYBRID_TRT_CACHE_DIR=str(tmp_path / "store"))
+    for name in ("TORCHINDUCTOR_FX_GRAPH_CACHE", "TORCHINDUCTOR_AUTOGRAD_CACHE", "TORCHINDUCTOR_FORCE_DISABLE_CACHES",
+                 "HYBRID_TRT_CACHE"):
+        env.pop(name, None)  # the defaults are under test
+    proc = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(options)], capture_output=True, text=True,
+                          env=env, timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    result = json.loads(next(line for line in proc.stdout.splitlines() if line.startswith("RESULT "))[7:])
+    assert result["matches"] and result["statuses"] == ["delegated"], result
+    return result
+
+
+def test_a_directory_at_the_lock_files_path_warns_once_and_still_caches(tmp_path):
+    """Every lock file of a first compile replaced by a directory, and the stored entries removed: the next
+    process warned that the cache could not be written (it could) and built without the lock. Now it says
+    which path is in the way and to remove it, still matches eager, and stores its engines again."""
+    inductor, store = tmp_path / "inductor", tmp_path / "store"
+    _compile_in_child(tmp_path, inductor, cache=True)
+    locks = sorted((store / "locks").iterdir())
+    assert locks, "the first compile took no lock"
+    for lock in locks:
+        lock.unlink()
+        lock.mkdir()
+    # the engines' entries (a graph manifest's key also hashes hybrid_trt's sources, which may change meanwhile)
+    entries = {p.name for p in (store / "v1").glob("*/*") if not p.name.startswith("graph-")}
+    assert entries, "the first compile stored no engine"
+    for shard in (store / "v1").iterdir():
+        for entry in shard.iterdir():
+            os.rename(entry, tmp_path / f"removed-{entry.name}")
+    result = _compile_in_child(tmp_path, tmp_path / "inductor2", cache=True)  # Inductor's cache cold too
+    assert len(result["warnings"]) == 1, result["warnings"]
+    warning = result["warnings"][0]
+    assert any(str(lock) in warning for lock in locks) and "is a directory" in warning, warning
+    assert "Remove that directory" in warning and "cannot write" not in warning, warning
+    assert {p.name for p in (store / "v1").glob("*/*")} >= entries  # stored again
+    assert all(lock.is_dir() for lock in locks)  # left for the user to remove
