@@ -213,6 +213,21 @@ def test_weights_loaded_in_place_after_compile_are_used(hybrid_logs):
     assert any(p.status == "delegated" for p in hybrid_trt.last_report().partitions), hybrid_trt.last_report().table()
 
 
+def test_weights_replaced_through_data_after_compile_are_used(hybrid_logs):
+    """``param.data = new`` for every parameter (EMA and weight-averaging code) gives the tensors the engines baked
+    other storage without changing their version counters: the sampled weights' memory is compared too, so the
+    next call compiles the graph again for the new contents and matches eager."""
+    model, x = _conv_bn().eval(), torch.randn(2, 3, 8, 8)
+    fast = torch.compile(model, backend="hybrid_trt")
+    with torch.no_grad():
+        assert_close(fast(x), model(x), rtol=1e-5, atol=1e-5)
+        for p in model.parameters():
+            p.data = p.data * 1.5 + 0.1
+        for _ in range(3):
+            assert_close(fast(x), model(x), rtol=1e-5, atol=1e-5)
+    assert len(_recompiles(hybrid_logs)) == 1, [r.getMessage() for r in hybrid_logs.records]
+
+
 def test_batch_norm_statistics_updated_by_a_train_mode_forward_are_used(hybrid_logs):
     """eval, then a train-mode forward (batch norm updates its running statistics in place), then eval again: the
     eval graph's engines had the old statistics baked; it is compiled again and reads the new ones, as eager."""
