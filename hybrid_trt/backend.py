@@ -27,6 +27,7 @@ from .partitioner import partition_graph
 from .partitioner.capability import NodeKind, classify, declined_for_dtype_or_device, op_name
 from .partitioner.extract import extract
 from .report import CompileReport, InductorOp, PartitionReport, discard_report, new_report
+from .scratch import inductor_files_removed_at_exit
 from .engines.graph import GraphCache, graph_key, open_graph, source_hashes_in_background
 from .engines.runtime import PartitionRuntime, Policy, engine_store, prepare_runtime
 from .guards import record_baked_weights
@@ -134,8 +135,9 @@ def _compile_graph(gm: fx.GraphModule, example_inputs, opts: Options, check_weig
         compile_inductor = cudagraphs.with_graphs(compile_inductor, opts, report)
     if not opts.cache:
         # Caching off: Inductor's caches too (force_disable_caches is the one switch TORCHINDUCTOR_FX_GRAPH_CACHE=1
-        # style variables cannot override). Its entries would call engines that are in no store.
-        with torch.compiler.config.patch(force_disable_caches=True):
+        # style variables cannot override). Its entries would call engines that are in no store. It then compiles
+        # into a fresh directory it never removes; scratch.py removes them at exit.
+        with torch.compiler.config.patch(force_disable_caches=True), inductor_files_removed_at_exit():
             compiled = compile_inductor()
     else:
         with source_hashes_in_background() as start_hashing:  # Inductor's cache key needs them

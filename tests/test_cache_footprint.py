@@ -1,4 +1,5 @@
-"""What a compiling process leaves in the cache directories, in real processes: with the engine store's lock path
+"""What a compiling process leaves in the cache directories, in real processes: with ``cache=False`` nothing
+(Inductor compiled into a fresh directory per graph and never removed it), and with the engine store's lock path
 taken by a directory, a compile that still matches eager and stores its engines, with one clear warning.
 
 Each child compiles a small model (Linear-ReLU-Linear delegated, the sigmoid left to Inductor, so Inductor
@@ -47,6 +48,30 @@ def _compile_in_child(tmp_path, inductor_dir, **options) -> dict:
     result = json.loads(next(line for line in proc.stdout.splitlines() if line.startswith("RESULT "))[7:])
     assert result["matches"] and result["statuses"] == ["delegated"], result
     return result
+
+
+def _tree(root: pathlib.Path) -> dict:
+    return {str(p.relative_to(root)): p.read_bytes() if p.is_file() else None for p in root.rglob("*")}
+
+
+def test_cache_off_leaves_nothing_in_inductors_cache_directory(tmp_path):
+    inductor = tmp_path / "inductor"
+    (inductor / "mine").mkdir(parents=True)  # the user's own files there stay as they are
+    (inductor / "mine" / "notes.txt").write_text("the user's\n")
+    before = _tree(inductor)
+    result = _compile_in_child(tmp_path, inductor, cache=False)
+    assert set(result["inductor_during"]) > {"mine"}, result  # Inductor did write there while the process ran
+    assert _tree(inductor) == before, sorted(set(_tree(inductor)) - set(before))
+    assert result["warnings"] == [] and not (tmp_path / "store").exists(), result
+
+
+def test_cache_on_still_fills_inductors_cache_directory(tmp_path):
+    """The other side: with caching on, Inductor's entries stay where the user's TORCHINDUCTOR_CACHE_DIR says."""
+    inductor = tmp_path / "inductor"
+    result = _compile_in_child(tmp_path, inductor, cache=True)
+    kept = {p.name for p in inductor.iterdir()}
+    assert {"fxgraph", "aotautograd"} <= kept and kept == set(result["inductor_during"]), kept
+    assert result["warnings"] == [], result
 
 
 def test_a_directory_at_the_lock_files_path_warns_once_and_still_caches(tmp_path):
