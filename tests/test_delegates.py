@@ -162,6 +162,42 @@ def test_tf32_only_where_pytorch_would_use_it_for_every_op_the_session_holds(con
     assert cuda_opts["use_tf32"] == int(matmul)
 
 
+@pytest.mark.parametrize("dtype,expected", [(torch.float16, True), (torch.bfloat16, True), (torch.float32, False)])
+def test_tf32_off_does_not_reach_fp16_convolutions_and_matmuls(dtype, expected):
+    """TF32 is a float32 format: with PyTorch's switches off, an engine of fp16/bf16 convolutions and matmuls
+    still may use it (ONNX Runtime's use_tf32=0 would keep its fp16 convolutions off the tensor cores, ~5x slower
+    on the H200, for nothing eager does), while any float32 one it holds keeps TF32 off. Checked on models our
+    lowering produced, whose intermediate tensors carry no declared types."""
+    import torch.nn as nn
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from hybrid_trt.delegates.tf32 import uses_tf32
+    from hybrid_trt.lowerings.to_onnx import lower_partition
+
+    class ConvMatmul(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.fc = nn.Conv2d(3, 4, 3), nn.Linear(6, 5)
+
+        def forward(self, x):
+            return self.fc(torch.relu(self.conv(x)))
+
+    module = ConvMatmul().to(dtype)
+    gm = make_fx(lambda x: (module(x),))(torch.randn(1, 3, 8, 8, dtype=dtype))  # ATen ops, weights as constants
+    model, _ = lower_partition(gm, [(1, 3, 8, 8)], [dtype])
+    assert {n.op_type for n in model.graph.node} & {"Conv", "MatMul", "Gemm"}
+    off = {"tf32_convolutions": False, "tf32_matmul": False}
+    assert uses_tf32(model, off) is expected
+    assert uses_tf32(model, {"tf32_convolutions": True, "tf32_matmul": True}) is True
+    # fp16 convolutions beside a float32 matmul: the float32 one decides.
+    mixed = _conv_model(TensorProto.FLOAT16)
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 2])
+    mixed.graph.input.append(y)
+    mixed.graph.node.append(helper.make_node("MatMul", ["y", "y"], ["z"]))
+    assert uses_tf32(mixed, {"tf32_convolutions": False, "tf32_matmul": True}) is True
+    assert uses_tf32(mixed, {"tf32_convolutions": True, "tf32_matmul": False}) is False
+
+
 class _FakeBuilderConfig:
     """Records the flags set and cleared (TensorRT cannot run on the machines this is developed on)."""
 

@@ -6,6 +6,12 @@ default) and float32 matmuls (float32_matmul_precision, "highest" by default). A
 PyTorch would for every op kind it holds that the switch reaches, so it is never less precise than eager: a
 transformer partition runs its matmuls in full fp32 by default. (With ONNX Runtime's switch following cuDNN's
 alone, Swin-V2 fp32 on the H200 differed from eager by 2e-3: its scaled cosine attention amplified TF32's error.)
+
+Only float32 ops count: TF32 is a float32 format, and PyTorch runs fp16/bf16 convolutions and matmuls on tensor
+cores whatever its switches say. ONNX Runtime's switch reaches further: with use_tf32=0 its CUDA convolutions take
+cuDNN's FMA math, which keeps fp16 off the tensor cores (on the H200 the LiDAR example's fp16 partition took 6.6 ms
+with TF32 off, in cuDNN's non-tensor-core kernels, against 1.4 ms with it on). So an engine whose convolutions and
+matmuls are all fp16/bf16 may use TF32, and one that mixes them with float32 ones follows the float32 ones.
 """
 from __future__ import annotations
 
@@ -13,6 +19,8 @@ from typing import Any, Mapping
 
 import onnx
 import torch
+
+_REDUCED = {onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16}
 
 _SWITCH = {"Conv": "tf32_convolutions", "ConvTranspose": "tf32_convolutions", "MatMul": "tf32_matmul",
            "Gemm": "tf32_matmul", "Einsum": "tf32_matmul"}
@@ -26,6 +34,32 @@ def tf32_switches() -> dict[str, bool]:
 
 def uses_tf32(model: onnx.ModelProto, switches: Mapping[str, Any]) -> bool:
     """Whether an engine for the lowered ``model`` may use TF32, given ``switches`` (tf32_switches' keys)."""
-    nodes = [*model.graph.node, *(n for f in model.functions for n in f.node)]
-    kinds = {_SWITCH[n.op_type] for n in nodes if n.domain in ("", "ai.onnx") and n.op_type in _SWITCH}
-    return bool(kinds) and all(switches[k] for k in kinds)
+    reached = [(_SWITCH[n.op_type], n) for n in _nodes(model) if n.domain in ("", "ai.onnx") and n.op_type in _SWITCH]
+    if not reached:
+        return False
+    if all(switches[k] for k, _ in reached):
+        return True
+    types = _input_types(model)
+    full = {k for k, n in reached if types.get(n.input[0] if n.input else "") not in _REDUCED}  # unknown: float32
+    return all(switches[k] for k in full)  # fp16/bf16 alone: TF32 changes nothing PyTorch would not
+
+
+def _nodes(model: onnx.ModelProto) -> list:
+    return [*model.graph.node, *(n for f in model.functions for n in f.node)]
+
+
+def _input_types(model: onnx.ModelProto) -> dict:
+    """Element type of every tensor of the main graph whose type is declared or inferable (a function's inner
+    tensors are not: their nodes count as float32)."""
+    def declared(graph) -> dict:
+        types = {t.name: t.data_type for t in graph.initializer}
+        types.update((v.name, v.type.tensor_type.elem_type) for v in [*graph.input, *graph.value_info, *graph.output]
+                     if v.type.HasField("tensor_type"))
+        return types
+    types = declared(model.graph)
+    if all(i in types for n in model.graph.node if n.op_type in _SWITCH for i in n.input[:1]):
+        return types
+    try:
+        return declared(onnx.shape_inference.infer_shapes(model).graph)
+    except Exception:  # noqa: BLE001 - types unknown: every node counts as float32 (never less precise)
+        return types
