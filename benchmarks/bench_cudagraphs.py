@@ -8,7 +8,9 @@ Per model, dtype and batch, in one process: eager, Inductor, Inductor ``reduce-o
 with CUDA graphs, ONNX Runtime on the whole model (CUDA provider) and the same with its own CUDA graph
 (``enable_cuda_graph``; exported with torch.onnx, the row says so where export or the graph fails). Each callable
 is checked against eager, then all are timed in interleaved rounds (median wall time per call, synchronised).
-TF32 is off everywhere (ONNX Runtime's ``use_tf32`` too). No max-autotune anywhere.
+TF32 is off everywhere, and so is ONNX Runtime's ``use_tf32`` for float32 models; an fp16 model's session has it
+on, as hybrid_trt's fp16 engines do (hybrid_trt/delegates/tf32.py: TF32 reaches no fp16 op, but ``use_tf32=0``
+keeps ONNX Runtime's fp16 convolutions off the tensor cores). No max-autotune anywhere.
 
 Robust and bounded: the tasks run in a child process that prints one JSON row per task; a crash loses only the
 task it happened in (the parent starts a new child for the rest), and tasks are run in priority order (all
@@ -90,7 +92,7 @@ def _ort_session(x, ref, cuda_graph: bool, onnx_path: str):
     import onnxruntime as ort
     import torch
     stream = torch.cuda.Stream()
-    opts = {"device_id": str(torch.cuda.current_device()), "use_tf32": "0",
+    opts = {"device_id": str(torch.cuda.current_device()), "use_tf32": "1" if x.dtype == torch.float16 else "0",
             "user_compute_stream": str(stream.cuda_stream)}
     if cuda_graph:
         opts["enable_cuda_graph"] = "1"

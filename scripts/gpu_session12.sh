@@ -45,6 +45,14 @@ case ${1:?stage} in
     grep -E "PROBE|placement" $L/probe.log
     tar czf $OUT/s12_probe.tgz -C $OUT s12/probe.log
     ;;
+  cg)  # fp16 batch 1 under CUDA graphs after the TF32 fix (fp16 engines keep ONNX Runtime's tensor-core math)
+    timeout 300 python3 benchmarks/bench_cudagraphs.py --no-lidar \
+      --models resnet18,resnet50,mobilenet_v3_large,efficientnet_b0,convnext_tiny \
+      --configs fp16:1 --variants inductor_ro,hybrid_cg_mp,ort_cg \
+      --budget-s ${2:-200} --grace-s 40 --out $L/cg.md > $L/cg.log 2>&1
+    echo "cg rc=$?"; cat $L/cg.md
+    tar czf $OUT/s12_cg.tgz -C $OUT s12/cg.md s12/cg.log
+    ;;
   tests)  # CUDA tests of the sparse plugin and graphs
     timeout ${2:-250} python3 -m pytest -q -p no:cacheprovider tests/plugins tests/test_cuda_graphs.py \
       > $L/tests.log 2>&1
