@@ -297,6 +297,30 @@ def test_directory_that_cannot_be_created_builds_in_memory(tmp_path, hybrid_logs
     assert "cannot write" in _warnings(hybrid_logs)[0]
 
 
+def test_an_unwritable_cache_warns_once_per_process_not_once_per_compile(tmp_path, hybrid_logs):
+    """Two models (and a recompile for another batch) compiled against one cache directory that cannot be
+    created: each compiles and matches eager, with one warning in all."""
+    import torch
+    import torch.nn as nn
+
+    import hybrid_trt  # noqa: F401 - registers the backend
+
+    torch._dynamo.reset()
+    (tmp_path / "file").write_text("")
+    options = {"cache_dir": str(tmp_path / "file" / "cache")}
+    torch.manual_seed(0)
+    models = [nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 4)).eval(),
+              nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Conv2d(4, 4, 3)).eval()]
+    inputs = [[torch.randn(2, 8), torch.randn(5, 8)], [torch.randn(1, 3, 9, 9)]]
+    with torch.no_grad():
+        for model, xs in zip(models, inputs):
+            compiled = torch.compile(model, backend="hybrid_trt", options=options)
+            for x in xs:
+                torch.testing.assert_close(compiled(x), model(x))
+    warned = _warnings(hybrid_logs)
+    assert len(warned) == 1 and "cannot write" in warned[0], warned
+
+
 def test_full_disk_builds_in_memory_in_process(tmp_path, hybrid_logs, monkeypatch):
     """ENOSPC simulated in-process (fsync is where a full or quota-bound disk reports it on many file systems);
     the next test fills the 'disk' for real in a subprocess."""

@@ -20,6 +20,7 @@ optimized one does not load. A package load (``Policy.deploy``) verifies every f
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import io
 import json
@@ -73,7 +74,15 @@ def engine_store(options) -> EngineStore:
     """The store ``options`` select: ``cache_dir`` (default ``$XDG_CACHE_HOME/hybrid_trt``), or disabled."""
     if not options.cache:
         return EngineStore(None)
-    return EngineStore(options.cache_dir or default_cache_dir(), options.cache_max_bytes)
+    return _store_at(str(options.cache_dir or default_cache_dir()), options.cache_max_bytes)
+
+
+@functools.lru_cache(maxsize=None)
+def _store_at(root: str, max_bytes: int) -> EngineStore:
+    # One store per cache directory and process, shared by every compile: a store reports each kind of problem
+    # with its directory once (unwritable, a lock path taken), and a store per compile repeated the warning for
+    # every graph, graph break and recompile of the process.
+    return EngineStore(root, max_bytes)
 
 
 # ---------------------------------------------------------------------------------------------- registry

@@ -23,7 +23,8 @@ Robustness:
   fallback model beside it. The files are held open from ``get`` on, so eviction meanwhile cannot take them
   away, and no byte is handed out before its file's sha256 matched; a mismatch then removes the entry (one
   warning) and raises ``CorruptEntry``.
-Each kind of problem is logged once per store as a warning, later ones at debug level.
+Each kind of problem is logged once per store as a warning, later ones at debug level; the torch.compile path
+shares one store per cache directory in a process (engines/runtime.py: engine_store), so that is once per process.
 
 Additions to the agreed API (engines_api.md): ``get_or_build`` also takes ``expect_environment``; keys must
 be file-name safe (``[A-Za-z0-9][A-Za-z0-9_.-]*``).
