@@ -4,6 +4,7 @@ hybrid compile (engines/graph.py)."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import time
 from collections import Counter
@@ -75,7 +76,13 @@ def _compile_graph(gm: fx.GraphModule, example_inputs, opts: Options, check_weig
         report.whole_graph_reason = "graph needs gradients (inputs require grad and grad mode is on)"
         logger.info("hybrid_trt: graph %d needs gradients; compiled by Inductor alone", report.graph_index)
         with cudagraphs.compiling(opts):
-            return compile_fx(gm, example_inputs)
+            if opts.cache:
+                return compile_fx(gm, example_inputs)
+            # Caching off for Inductor here too. The backward is compiled at the first backward call, after this
+            # returns: compile_fx re-applies config_patches to the inner compile for that, and each inner compile
+            # (forward and backward) puts its files in a directory removed at exit (scratch.py).
+            return compile_fx(gm, example_inputs, inner_compile=_files_removed_at_exit(compile_fx_inner),
+                              config_patches={"force_disable_caches": True})
     weights = {i: example_inputs[i] for i in weight_input_indices(example_inputs)}
     original = _baked_weights.copy_graph(gm) if weights and check_weights else None  # for calls with other weights
     store = engine_store(opts)
@@ -495,3 +502,11 @@ class _KeepAlive:
 
     def __call__(self, *args):
         return self._fn(*args)
+
+
+def _files_removed_at_exit(inner_compile):
+    @functools.wraps(inner_compile)
+    def compile_in_scratch(*args, **kwargs):
+        with inductor_files_removed_at_exit():
+            return inner_compile(*args, **kwargs)
+    return compile_in_scratch

@@ -27,10 +27,20 @@ torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4), torch.nn.Sigmoid())
 x = torch.randn(2, 8)
 options = dict(json.loads(sys.argv[1]), force_inductor_ops=["aten.sigmoid"])
-with torch.no_grad():
-    expected = model.eval()(x)
+train = options.pop("train", False)
+if train:  # a graph that needs gradients: Inductor alone, forward now and backward at the first backward call
+    x.requires_grad_(True)
+    expected = model(x)
+    expected.sum().backward()
+    want_grad, x.grad = x.grad.clone(), None
     out = torch.compile(model, backend="hybrid_trt", options=options)(x)
-statuses = [p.status for r in hybrid_trt.reports() for p in r.partitions]
+    out.sum().backward()
+    assert torch.allclose(x.grad, want_grad, rtol=1e-5, atol=1e-5)
+else:
+    with torch.no_grad():
+        expected = model.eval()(x)
+        out = torch.compile(model, backend="hybrid_trt", options=options)(x)
+statuses = [p.status for r in hybrid_trt.reports() for p in r.partitions] or ["training graph"]
 inductor = os.environ["TORCHINDUCTOR_CACHE_DIR"]
 print("RESULT " + json.dumps({"matches": torch.allclose(out, expected, rtol=1e-5, atol=1e-5), "warnings": warnings,
                               "statuses": statuses, "inductor_during": sorted(os.listdir(inductor))}))
@@ -46,7 +56,8 @@ def _compile_in_child(tmp_path, inductor_dir, **options) -> dict:
                           env=env, timeout=600, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-4000:]
     result = json.loads(next(line for line in proc.stdout.splitlines() if line.startswith("RESULT "))[7:])
-    assert result["matches"] and result["statuses"] == ["delegated"], result
+    assert result["matches"] and result["statuses"] == ["training graph" if options.get("train") else "delegated"], \
+        result
     return result
 
 
@@ -63,6 +74,17 @@ def test_cache_off_leaves_nothing_in_inductors_cache_directory(tmp_path):
     assert set(result["inductor_during"]) > {"mine"}, result  # Inductor did write there while the process ran
     assert _tree(inductor) == before, sorted(set(_tree(inductor)) - set(before))
     assert result["warnings"] == [] and not (tmp_path / "store").exists(), result
+
+
+def test_cache_off_training_graph_leaves_nothing_either(tmp_path):
+    """A graph that needs gradients goes to Inductor alone, and its backward is compiled at the first backward
+    call, after the compile returned: with cache=False neither may use or fill Inductor's caches."""
+    inductor = tmp_path / "inductor"
+    inductor.mkdir()
+    result = _compile_in_child(tmp_path, inductor, cache=False, train=True)
+    assert result["inductor_during"], result  # Inductor did write there while the process ran
+    assert _tree(inductor) == {}, sorted(_tree(inductor))
+    assert result["warnings"] == [], result
 
 
 def test_cache_on_still_fills_inductors_cache_directory(tmp_path):
