@@ -4,6 +4,7 @@ it, or each block compiled separately) and guards its parameters by metadata onl
 engines, so without stitch/baked_weights.py every instance after the first ran with the first one's weights
 (timm's sequencer2d_s: rel err 1.79 against eager; plain Inductor 6.7e-7)."""
 import gc
+import os
 import logging
 
 import pytest
@@ -226,6 +227,57 @@ def test_weights_replaced_through_data_after_compile_are_used(hybrid_logs):
         for _ in range(3):
             assert_close(fast(x), model(x), rtol=1e-5, atol=1e-5)
     assert len(_recompiles(hybrid_logs)) == 1, [r.getMessage() for r in hybrid_logs.records]
+
+
+_REPLACE_CHILD = r"""
+import logging, torch, torch.nn as nn
+import hybrid_trt
+recompiles = []
+class Collect(logging.Handler):
+    def emit(self, record):
+        if "compiling it again for the new weights" in record.getMessage():
+            recompiles.append(record.getMessage())
+logging.getLogger("hybrid_trt").addHandler(Collect())
+
+class Stack(nn.Module):  # layers in a ModuleList: Dynamo passes a replaced parameter in without recompiling
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Linear(16, 16) for _ in range(12))
+        self.head = nn.Linear(16, 4)
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = torch.relu(layer(x))
+        return self.head(x)
+
+torch.manual_seed(0)
+model, x = Stack().eval(), torch.randn(2, 16)
+fast = torch.compile(model, backend="hybrid_trt")
+with torch.no_grad():
+    errors = [float((fast(x) - model(x)).abs().max())]
+    old = model.layers[5].weight  # kept alive (as an optimizer or an EMA copy would): its id is not reused
+    model.layers[5].weight = nn.Parameter(torch.randn(16, 16))
+    errors += [float((fast(x) - model(x)).abs().max()) for _ in range(3)]
+    nn.Linear(4, 4)  # a registration elsewhere in the process changes nothing here
+    errors.append(float((fast(x) - model(x)).abs().max()))
+print("RESULT", max(errors), len(recompiles), old is not model.layers[5].weight)
+"""
+
+
+def test_a_weight_object_replaced_where_no_sample_looks_is_used(tmp_path):
+    """``module.weight = nn.Parameter(w)`` on a layer whose weight is not among the sampled identities (a middle
+    layer of a deep stack): the next call compiles the graph again for the new weight and matches eager (it
+    returned the old weight's results). In a fresh process, where Dynamo serves the call from the frame it has
+    (in this test process it happened to compile the frame again, which hides the defect)."""
+    import subprocess
+    import sys
+
+    env = dict(os.environ, HYBRID_TRT_CACHE_DIR=str(tmp_path / "store"))
+    proc = subprocess.run([sys.executable, "-c", _REPLACE_CHILD], capture_output=True, text=True, env=env,
+                          timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    worst, recompiles, replaced = next(l for l in proc.stdout.splitlines() if l.startswith("RESULT")).split()[1:]
+    assert float(worst) < 1e-5 and int(recompiles) == 1 and replaced == "True", proc.stdout[-2000:]
 
 
 def test_batch_norm_statistics_updated_by_a_train_mode_forward_are_used(hybrid_logs):

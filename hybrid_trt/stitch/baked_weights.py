@@ -19,6 +19,10 @@ change every weight or every statistic, so a sample sees them; a change to a few
 seen (README: call ``torch._dynamo.reset()``). A change compiles the graph again for the new
 contents, whose engines the store keys by content (up to ``MAX_WEIGHT_SETS`` times, then Inductor alone).
 
+A weight object replaced by another (``module.weight = nn.Parameter(w)``) where no sample looks is seen through
+torch's global parameter registration hook (``_Reregistered``): after any registration in the process, the next
+call compares every weight by identity.
+
 So the callable Dynamo's frame calls compares weights it is passed, by identity, with those baked: up to
 ``CHECKED`` of them, spread over the graph's weight inputs (instances of a module class differ in every weight; all
 312 of EfficientNet-B0's took 13-24 us per call on the 2-core CPU; with eight the wrapper adds 2.7 us, mostly
@@ -104,10 +108,11 @@ def checked(compiled: Callable, weights: Mapping[int, torch.Tensor], original: f
         weakref.finalize(weights[i], stale.__setitem__, 0, True)
     if versioned:
         compiled = _Refreshed(compiled, versioned, [weights[i] for i in versioned], others)
+    main = _Reregistered(compiled, sorted(weights), weights, others)
     if not state:
         def call(*args):
             if not stale[0] and ids(args) == expected:
-                return compiled(*args)
+                return main(args)(*args)
             return others(args)
         return call
     # Read again after every call: a buffer the graph itself updates (a step counter) changes inside the call,
@@ -120,7 +125,7 @@ def checked(compiled: Callable, weights: Mapping[int, torch.Tensor], original: f
             return plain[0](*args)
         if not stale[0] and ids(args) == expected:
             if [args[i]._version for i in state] == versions[0]:
-                out = compiled(*args)
+                out = main(args)(*args)
                 versions[0] = [args[i]._version for i in state]
                 return out
             with others.lock:
@@ -132,6 +137,53 @@ def checked(compiled: Callable, weights: Mapping[int, torch.Tensor], original: f
             return plain[0](*args)
         return others(args)
     return call_watching_state
+
+
+# Parameters (re)registered on any module of the process, counted by torch's global parameter registration hook
+# (installed by the first compile): ``module.weight = nn.Parameter(w)`` and ``load_state_dict(assign=True)``
+# replace a weight object, which a sample of identities (``CHECKED``) misses unless it is sampled. Counting costs
+# one increment per registration; a call compares one integer. Not the buffer hook: a model's own forward
+# reassigns buffers (``self.count += 1`` is a setattr), and with a global buffer hook installed Dynamo traces that
+# differently (the buffer came back as a new tensor each call, seen as changed state).
+_registrations = [0]
+_registration_hooks: list = []
+_hooks_lock = threading.Lock()
+
+
+def _count_registrations() -> None:
+    def counted(*_args):
+        _registrations[0] += 1  # returns None: the registered object is kept as it is
+
+    with _hooks_lock:
+        if not _registration_hooks:
+            from torch.nn.modules import module
+            _registration_hooks.append(module.register_module_parameter_registration_hook(counted))
+
+
+class _Reregistered:
+    """The callable for the baked weights, checked against all of them by identity after any registration in the
+    process: a baked weight replaced by another object (``module.weight = nn.Parameter(w)``, not at a sampled
+    position) compiles the graph again for the new weights. Without a registration, a call costs one integer
+    comparison."""
+
+    def __init__(self, compiled: Callable, positions: list, weights: Mapping[int, torch.Tensor],
+                 others: "_OtherWeights"):
+        _count_registrations()
+        self.compiled, self.others = compiled, others
+        self.pick = operator.itemgetter(*positions, positions[0])  # a tuple, however many
+        self.ids = tuple(map(id, self.pick([weights.get(i) for i in range(positions[-1] + 1)])))
+        self.seen = _registrations[0]
+
+    def __call__(self, args) -> Callable:
+        if self.seen != _registrations[0]:
+            with self.others.lock:
+                seen = _registrations[0]
+                now = tuple(map(id, self.pick(args)))
+                if now != self.ids:
+                    self.compiled = self.others.replaced(list(args))
+                    self.ids = now
+                self.seen = seen
+        return self.compiled
 
 
 def _versioned(weights: Mapping[int, torch.Tensor], state: list) -> list:
@@ -205,6 +257,18 @@ class _OtherWeights:
                        "load_state_dict, or batch-norm statistics updated by a train-mode forward); compiling it "
                        "again for the new weights", self.graph_index)
         return self._compile_for(args, "the new weights")
+
+    def replaced(self, args: list) -> Callable:
+        """A compile for the weights of a call where some baked weight is another object now (called under
+        ``lock``); counted with the in-place changes."""
+        self.refreshes += 1
+        if self.refreshes > MAX_WEIGHT_SETS:
+            return self._past_bound(args, f"weights were changed {MAX_WEIGHT_SETS} times; from now on it runs "
+                                          "through Inductor alone, which reads them at every call")
+        logger.warning("hybrid_trt: graph %d: a weight baked into its engines was replaced by another tensor (e.g. "
+                       "module.weight = nn.Parameter(...)); compiling it again for the new weights", self.graph_index)
+        fn = self._compile_for(args, "the new weights")
+        return _Refreshed(fn, self.versioned, [args[i] for i in self.versioned], self) if self.versioned else fn
 
     def _past_bound(self, args: list, why: str) -> Callable:
         if self.plain is None:
