@@ -198,6 +198,30 @@ def test_tf32_off_does_not_reach_fp16_convolutions_and_matmuls(dtype, expected):
     assert uses_tf32(mixed, {"tf32_convolutions": True, "tf32_matmul": False}) is False
 
 
+def test_tf32_types_a_node_from_its_weight_and_counts_function_nodes_as_float32():
+    """An fp16 MatMul whose data input comes out of an op type inference cannot type (a custom domain) is typed by
+    its fp16 weight; a MatMul inside a function counts as float32, whatever a main-graph tensor of the same name is."""
+    from hybrid_trt.delegates.tf32 import uses_tf32
+
+    off = {"tf32_convolutions": False, "tf32_matmul": False}
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT16, [2, 2])
+    out = helper.make_tensor_value_info("out", TensorProto.FLOAT16, None)
+    w = numpy_helper.from_array(np.ones((2, 2), dtype=np.float16), "w")
+    nodes = [helper.make_node("Foo", ["x"], ["y"], domain="hybrid_trt.test"),
+             helper.make_node("MatMul", ["y", "w"], ["out"])]
+    model = helper.make_model(helper.make_graph(nodes, "g", [x], [out], initializer=[w]),
+                              opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("hybrid_trt.test", 1)],
+                              ir_version=8)
+    assert uses_tf32(model, off) is True
+    fn = helper.make_function("hybrid_trt.test", "Mm", ["x"], ["z"], [helper.make_node("MatMul", ["x", "x"], ["z"])],
+                              [helper.make_opsetid("", 17)])
+    call = helper.make_node("Mm", ["x"], ["out"], domain="hybrid_trt.test")
+    with_function = helper.make_model(helper.make_graph([call], "g", [x], [out]), functions=[fn],
+                                      opset_imports=[helper.make_opsetid("", 17),
+                                                     helper.make_opsetid("hybrid_trt.test", 1)], ir_version=8)
+    assert uses_tf32(with_function, off) is False
+
+
 class _FakeBuilderConfig:
     """Records the flags set and cleared (TensorRT cannot run on the machines this is developed on)."""
 

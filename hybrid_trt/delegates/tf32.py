@@ -34,32 +34,54 @@ def tf32_switches() -> dict[str, bool]:
 
 def uses_tf32(model: onnx.ModelProto, switches: Mapping[str, Any]) -> bool:
     """Whether an engine for the lowered ``model`` may use TF32, given ``switches`` (tf32_switches' keys)."""
-    reached = [(_SWITCH[n.op_type], n) for n in _nodes(model) if n.domain in ("", "ai.onnx") and n.op_type in _SWITCH]
-    if not reached:
+    graph = [(_SWITCH[n.op_type], n) for n in model.graph.node if _reached(n)]
+    in_functions = [_SWITCH[n.op_type] for f in model.functions for n in f.node if _reached(n)]
+    if not graph and not in_functions:
         return False
-    if all(switches[k] for k, _ in reached):
+    if all(switches[k] for k, _ in graph) and all(switches[k] for k in in_functions):
         return True
-    types = _input_types(model)
-    full = {k for k, n in reached if types.get(n.input[0] if n.input else "") not in _REDUCED}  # unknown: float32
+    types = _DeclaredTypes(model)
+    # A function's inner tensors are typed nowhere here: its nodes count as float32 (never less precise).
+    full = set(in_functions) | {k for k, n in graph if types.of(n) not in _REDUCED}
     return all(switches[k] for k in full)  # fp16/bf16 alone: TF32 changes nothing PyTorch would not
 
 
-def _nodes(model: onnx.ModelProto) -> list:
-    return [*model.graph.node, *(n for f in model.functions for n in f.node)]
+def _reached(node) -> bool:
+    return node.domain in ("", "ai.onnx") and node.op_type in _SWITCH
 
 
-def _input_types(model: onnx.ModelProto) -> dict:
-    """Element type of every tensor of the main graph whose type is declared or inferable (a function's inner
-    tensors are not: their nodes count as float32)."""
-    def declared(graph) -> dict:
-        types = {t.name: t.data_type for t in graph.initializer}
-        types.update((v.name, v.type.tensor_type.elem_type) for v in [*graph.input, *graph.value_info, *graph.output]
-                     if v.type.HasField("tensor_type"))
-        return types
-    types = declared(model.graph)
-    if all(i in types for n in model.graph.node if n.op_type in _SWITCH for i in n.input[:1]):
-        return types
-    try:
-        return declared(onnx.shape_inference.infer_shapes(model).graph)
-    except Exception:  # noqa: BLE001 - types unknown: every node counts as float32 (never less precise)
-        return types
+class _DeclaredTypes:
+    """Element types of the main graph's tensors: declared (inputs, outputs, value_info, initializers: a
+    convolution's or matmul's weight), else inferred once. A Conv, MatMul or Gemm computes in the element type its
+    data inputs share, so any one input whose type is known gives it; unknown counts as float32."""
+
+    def __init__(self, model: onnx.ModelProto):
+        self._model = model
+        graph = model.graph
+        self._types = {t.name: t.data_type for t in graph.initializer}
+        self._types.update((v.name, v.type.tensor_type.elem_type) for v in [*graph.input, *graph.value_info,
+                                                                              *graph.output]
+                           if v.type.HasField("tensor_type"))
+        self._inferred = False
+
+    def of(self, node) -> int:
+        found = self._known(node)
+        if found is None and not self._inferred:
+            self._infer()
+            found = self._known(node)
+        return found if found is not None else onnx.TensorProto.FLOAT
+
+    def _known(self, node):
+        return next((self._types[i] for i in node.input[:2] if i in self._types), None)
+
+    def _infer(self) -> None:
+        # Inference types intermediate tensors. It serialises the model with its weights; over 2 GB it raises,
+        # and those nodes then count as float32.
+        self._inferred = True
+        try:
+            inferred = onnx.shape_inference.infer_shapes(self._model).graph
+        except Exception:  # noqa: BLE001 - types unknown: float32 (never less precise)
+            return
+        for v in inferred.value_info:
+            if v.type.HasField("tensor_type"):
+                self._types.setdefault(v.name, v.type.tensor_type.elem_type)

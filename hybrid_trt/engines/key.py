@@ -26,7 +26,10 @@ from typing import Any, Iterator, Mapping, Sequence
 import onnx
 import torch
 
-KEY_FORMAT = 1
+# Bumped when what an engine is built from changes outside its lowered model and options (hybrid_trt's sources are
+# not in the key): 2, the TF32 switch decided from float32 ops only (delegates/tf32.py), so engines stored with
+# the old decision are not loaded.
+KEY_FORMAT = 2
 # Fields of TensorProto holding data; the structure keeps everything else (name, dims, dtype, location).
 _DATA_FIELDS = frozenset({"raw_data", "float_data", "int32_data", "string_data", "int64_data", "double_data",
                           "uint64_data"})
