@@ -107,34 +107,48 @@ def cuda_time_ms(fn, warmup: int = 5, iters: int | None = None) -> float:
     return times[len(times) // 2]
 
 
-def interleaved_ms(fns: dict, warmup: int = 5, iters: int | None = None) -> dict:
+def interleaved_ms(fns: dict, warmup: int = 5, iters: int | None = None) -> tuple[dict, dict]:
     """Median ms per call of each function, timed in interleaved rounds (each
     round calls every function once, the order rotating), so that a burst of
     host or GPU noise falls on every side of a ratio alike rather than on
-    whichever was timed during it. Same per-call measurement as cuda_time_ms."""
+    whichever was timed during it. Same per-call measurement as cuda_time_ms.
+    Returns (times, errors): a function that raises is dropped from the rounds
+    and its error ("Type: message") reported instead of a time."""
     iters = ITERS if iters is None else iters
-    labels = list(fns)
-    for label in labels:
-        for _ in range(warmup):
-            fns[label]()
-    times = {label: [] for label in labels}
-    if DEVICE != "cpu":
-        torch.cuda.synchronize()
-    for i in range(iters):
-        for j in range(len(labels)):
-            label = labels[(i + j) % len(labels)]
+    times, errors = {label: [] for label in fns}, {}
+
+    def timed(label) -> None:
+        try:
             if DEVICE == "cpu":  # smoke-test mode: wall clock
                 t0 = time.perf_counter()
                 fns[label]()
                 times[label].append((time.perf_counter() - t0) * 1e3)
-                continue
+                return
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             fns[label]()
             end.record()
             end.synchronize()
             times[label].append(start.elapsed_time(end))
-    return {label: sorted(t)[len(t) // 2] for label, t in times.items()}
+        except Exception as e:  # noqa: BLE001 - reported in its row; the other sides go on
+            errors[label] = f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+            traceback.print_exc()
+
+    for label in fns:
+        for _ in range(warmup):
+            if label not in errors:
+                try:
+                    fns[label]()
+                except Exception as e:  # noqa: BLE001
+                    errors[label] = f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+                    traceback.print_exc()
+    if DEVICE != "cpu":
+        torch.cuda.synchronize()
+    for i in range(iters):
+        live = [label for label in fns if label not in errors]
+        for j in range(len(live)):
+            timed(live[(i + j) % len(live)])
+    return ({label: sorted(t)[len(t) // 2] for label, t in times.items() if t and label not in errors}, errors)
 
 
 def make_cloud(n_voxels: int, channels: int, dtype, seed: int = 0):
@@ -220,8 +234,11 @@ def bench_case(case, n_voxels: int, dtype, seed: int, run: int) -> dict:
                 traceback.print_exc()
         # Every library's layer (then cached call) in the same interleaved rounds.
         for kind, fns in (("layer", layer_fns), ("cached", cached_fns)):
-            for label, ms in interleaved_ms(fns).items():
-                row[f"{label}_{kind}"] = ms
+            ms, errors = interleaved_ms(fns)
+            for label, value in ms.items():
+                row[f"{label}_{kind}"] = value
+            for label, error in errors.items():
+                row.setdefault(f"{label}_error", f"{kind}: {error}")
     if "ours" in outs:
         o_idx, o_f, o_cached, shape = outs["ours"]
         for label, _ in _libraries():
@@ -348,18 +365,13 @@ def end_to_end(config: str, dtype, modes: list[str], runs: int, rows: list, on_r
         for run in range(1, runs + 1):
             # Interleaved rounds: a drift in the machine's speed hits every mode alike.
             timed = {mode: (lambda fn=fn: fn(feats, coords)) for mode, fn in fns.items()}
-            try:
-                ms = interleaved_ms(timed)
-                error = None
-            except Exception as e:  # noqa: BLE001
-                ms, error = {}, f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
-                traceback.print_exc()
+            ms, errors = interleaved_ms(timed)
             for mode in fns:
                 row = {"mode": mode, "N": coords.shape[0], "run": run}
                 if mode in ms:
                     row["ms"] = ms[mode]
                 else:
-                    row["error"] = error
+                    row["error"] = errors.get(mode, "not timed")
                 rows.append(row)
                 print(row, flush=True)
             on_row()
