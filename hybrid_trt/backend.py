@@ -96,7 +96,11 @@ def _compile_graph(gm: fx.GraphModule, example_inputs, opts: Options, check_weig
     def inner_compile(aten_gm: fx.GraphModule, aot_inputs, **kwargs):
         if not kwargs.get("is_inference", True) or kwargs.get("is_backward", False):
             report.whole_graph_reason = "training graph"
-            return compile_fx_inner(aten_gm, aot_inputs, **kwargs)
+            if opts.cache:
+                return compile_fx_inner(aten_gm, aot_inputs, **kwargs)
+            # Its backward is compiled at the first backward call, outside the cache-off block below.
+            with torch.compiler.config.patch(force_disable_caches=True), inductor_files_removed_at_exit():
+                return compile_fx_inner(aten_gm, aot_inputs, **kwargs)
         ran.append(True)
         loaded = graph.runtimes if graph is not None else {}
         lifted = _lifted_weights(gm, aot=True)
