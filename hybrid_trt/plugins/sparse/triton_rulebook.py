@@ -437,7 +437,9 @@ def strided_rulebook(
     """Output sites (sorted by key), neighbour map and row schedule of a regular
     sparse conv: the same result as reference.strided_rulebook followed by
     reference.mask_order. (``in_spatial_shape`` is implied by the output grid
-    and the geometry; it is kept so that both rulebook launchers read alike.)"""
+    and the geometry; it is kept so that both rulebook launchers read alike.)
+    Input sites must be unique: a duplicated site gives a valid map of one of
+    its copies, in an order that may differ from the reference's."""
     K, _, _, key_kind = _kernel_shape(kernel_size)
     N = in_indices.shape[0]
     device = in_indices.device
