@@ -554,7 +554,8 @@ class PartitionRuntime:
                 "through Inductor")
             logger.warning(
                 "hybrid_trt: %s reached max_engines_per_partition=%d at shape %s: its input shapes keep changing "
-                "(sizes that follow the data, e.g. per detection). This and every later new shape run through "
+                "(a batch or image size that varies, or sizes that follow the data, e.g. per detection). This and "
+                "every later new shape run through "
                 "Inductor (the %d built engines still serve their shapes). Raise max_engines_per_partition if "
                 "the shapes recur, or keep these ops with Inductor (force_inductor_ops=[...]).",
                 self.name, self.policy.max_engines, text, self.policy.max_engines)
