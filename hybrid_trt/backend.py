@@ -76,13 +76,7 @@ def _compile_graph(gm: fx.GraphModule, example_inputs, opts: Options, check_weig
         report.whole_graph_reason = "graph needs gradients (inputs require grad and grad mode is on)"
         logger.info("hybrid_trt: graph %d needs gradients; compiled by Inductor alone", report.graph_index)
         with cudagraphs.compiling(opts):
-            if opts.cache:
-                return compile_fx(gm, example_inputs)
-            # Caching off for Inductor here too. The backward is compiled at the first backward call, after this
-            # returns: compile_fx re-applies config_patches to the inner compile for that, and each inner compile
-            # (forward and backward) puts its files in a directory removed at exit (scratch.py).
-            return compile_fx(gm, example_inputs, inner_compile=_files_removed_at_exit(compile_fx_inner),
-                              config_patches={"force_disable_caches": True})
+            return _inductor_alone(gm, example_inputs, opts)
     weights = {i: example_inputs[i] for i in weight_input_indices(example_inputs)}
     original = _baked_weights.copy_graph(gm) if weights and check_weights else None  # for calls with other weights
     store = engine_store(opts)
@@ -199,7 +193,8 @@ def _checked(called, weights: dict, original, report: CompileReport, opts: Optio
     """``called`` (which holds its runtimes), run only with the weights its engines baked; other weights get a
     compile of their own (stitch/baked_weights.py)."""
     checked = _baked_weights.checked(called, weights, original, report.graph_index,
-                                     lambda gm, args: _compile(gm, args, opts, check_weights=False))
+                                     lambda gm, args: _compile(gm, args, opts, check_weights=False),
+                                     lambda gm, args: _inductor_alone(gm, args, opts))
     if checked is not called:  # the runtimes stay reachable from what Dynamo calls (benchmarks introspect them)
         from torch._dynamo.eval_frame import innermost_fn
         runtimes = getattr(innermost_fn(called), "_hybrid_trt_runtimes", None)
@@ -506,6 +501,17 @@ class _KeepAlive:
 
     def __call__(self, *args):
         return self._fn(*args)
+
+
+def _inductor_alone(gm: fx.GraphModule, example_inputs, opts: Options):
+    """Inductor's compile of ``gm``, with its caches off when hybrid_trt's are (``cache=False``)."""
+    if opts.cache:
+        return compile_fx(gm, example_inputs)
+    # The backward of a training graph is compiled at the first backward call, after this returns: compile_fx
+    # re-applies config_patches to the inner compile for that, and each inner compile (forward and backward) puts
+    # its files in a directory removed at exit (scratch.py).
+    return compile_fx(gm, example_inputs, inner_compile=_files_removed_at_exit(compile_fx_inner),
+                      config_patches={"force_disable_caches": True})
 
 
 def _files_removed_at_exit(inner_compile):

@@ -28,6 +28,11 @@ model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Li
 x = torch.randn(2, 8)
 options = dict(json.loads(sys.argv[1]), force_inductor_ops=["aten.sigmoid"])
 train = options.pop("train", False)
+state = options.pop("state", False)
+if state:  # a buffer the engines baked (not batch-norm statistics) changed in place: Inductor alone from then on
+    model.register_buffer("scale", torch.full((4,), 2.0))
+    plain_forward = model.forward
+    model.forward = lambda x: plain_forward(x) * model.scale
 if train:  # a graph that needs gradients: Inductor alone, forward now and backward at the first backward call
     x.requires_grad_(True)
     expected = model(x)
@@ -40,6 +45,11 @@ else:
     with torch.no_grad():
         expected = model.eval()(x)
         out = torch.compile(model, backend="hybrid_trt", options=options)(x)
+        if state:
+            compiled = torch.compile(model, backend="hybrid_trt", options=options)
+            compiled(x)
+            model.scale.mul_(3.0)
+            expected, out = model(x), compiled(x)
 statuses = [p.status for r in hybrid_trt.reports() for p in r.partitions] or ["training graph"]
 inductor = os.environ["TORCHINDUCTOR_CACHE_DIR"]
 print("RESULT " + json.dumps({"matches": torch.allclose(out, expected, rtol=1e-5, atol=1e-5), "warnings": warnings,
@@ -85,6 +95,16 @@ def test_cache_off_training_graph_leaves_nothing_either(tmp_path):
     assert result["inductor_during"], result  # Inductor did write there while the process ran
     assert _tree(inductor) == {}, sorted(_tree(inductor))
     assert result["warnings"] == [], result
+
+
+def test_cache_off_inductor_alone_after_a_state_change_leaves_nothing_either(tmp_path):
+    """A buffer the engines baked, changed in place between calls: the graph is compiled again by Inductor alone
+    at that call, which with cache=False must neither use nor fill Inductor's caches."""
+    inductor = tmp_path / "inductor"
+    inductor.mkdir()
+    result = _compile_in_child(tmp_path, inductor, cache=False, state=True)
+    assert _tree(inductor) == {}, sorted(_tree(inductor))
+    assert len(result["warnings"]) == 1 and "changed in place" in result["warnings"][0], result
 
 
 def test_cache_on_still_fills_inductors_cache_directory(tmp_path):

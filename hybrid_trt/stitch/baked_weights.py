@@ -89,10 +89,10 @@ _BATCH_NORM = (torch.nn.functional.batch_norm, torch.batch_norm)
 
 
 def checked(compiled: Callable, weights: Mapping[int, torch.Tensor], original: fx.GraphModule, graph_index: int,
-            compile_hybrid: Callable) -> Callable:
+            compile_hybrid: Callable, compile_inductor: Callable = None) -> Callable:
     """``compiled`` (Dynamo's arguments in), run while the arguments at the positions of ``weights`` are those
     tensors; with others, a compile of ``original`` (the captured graph) for them: ``compile_hybrid(gm, args)``,
-    or Inductor's. Once a state buffer (``state_buffers``) that went into engines is changed in place, every call
+    or Inductor's (``compile_inductor(gm, args)``, default ``compile_fx``). Once a state buffer (``state_buffers``) that went into engines is changed in place, every call
     runs through Inductor alone, which reads it at each call."""
     positions = _spread(sorted(weights), CHECKED)
     if not positions:
@@ -102,7 +102,7 @@ def checked(compiled: Callable, weights: Mapping[int, torch.Tensor], original: f
     expected = ids([weights.get(i) for i in range(positions[-1] + 1)])
     state = state_buffers(original, weights)
     versioned = _versioned(weights, state)
-    others = _OtherWeights(original, positions, ids, graph_index, compile_hybrid, versioned)
+    others = _OtherWeights(original, positions, ids, graph_index, compile_hybrid, versioned, compile_inductor)
     stale = [False]
     for i in positions:
         weakref.finalize(weights[i], stale.__setitem__, 0, True)
@@ -239,9 +239,12 @@ class _OtherWeights:
     under a lock (two threads with new weights compile once)."""
 
     def __init__(self, gm: fx.GraphModule, positions: list, ids: Callable, graph_index: int,
-                 compile_hybrid: Callable, versioned: list = ()):
+                 compile_hybrid: Callable, versioned: list = (), compile_inductor: Callable = None):
         self.gm, self.positions, self.ids, self.graph_index = gm, positions, ids, graph_index
         self.compile_hybrid, self.versioned = compile_hybrid, list(versioned)
+        if compile_inductor is None:
+            from torch._inductor.compile_fx import compile_fx as compile_inductor
+        self.compile_inductor = compile_inductor
         self.compiled: dict = {}  # ids of the weights -> callable
         self.plain = None  # Inductor alone, past MAX_WEIGHT_SETS
         self.refreshes = 0  # compiles for weights changed in place
@@ -308,9 +311,8 @@ class _OtherWeights:
         return fn
 
     def _inductor(self, args: list) -> Callable:
-        from torch._inductor.compile_fx import compile_fx
         try:
-            return compile_fx(copy_graph(self.gm), args)
+            return self.compile_inductor(copy_graph(self.gm), args)
         except Exception as e:  # noqa: BLE001 - the captured graph itself always runs
             logger.warning("hybrid_trt: graph %d: Inductor could not compile it (%s: %s); those calls run the "
                            "captured graph as it is", self.graph_index, type(e).__name__, e)
