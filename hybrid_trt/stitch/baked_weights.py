@@ -92,8 +92,9 @@ def checked(compiled: Callable, weights: Mapping[int, torch.Tensor], original: f
             compile_hybrid: Callable, compile_inductor: Callable = None) -> Callable:
     """``compiled`` (Dynamo's arguments in), run while the arguments at the positions of ``weights`` are those
     tensors; with others, a compile of ``original`` (the captured graph) for them: ``compile_hybrid(gm, args)``,
-    or Inductor's (``compile_inductor(gm, args)``, default ``compile_fx``). Once a state buffer (``state_buffers``) that went into engines is changed in place, every call
-    runs through Inductor alone, which reads it at each call."""
+    or Inductor's (``compile_inductor(gm, args)``, default ``compile_fx``). Once a state buffer
+    (``state_buffers``) that went into engines is changed in place, every call runs through Inductor alone, which
+    reads it at each call."""
     positions = _spread(sorted(weights), CHECKED)
     if not positions:
         return compiled
@@ -112,7 +113,9 @@ def checked(compiled: Callable, weights: Mapping[int, torch.Tensor], original: f
     if not state:
         def call(*args):
             if not stale[0] and ids(args) == expected:
-                return main(args)(*args)
+                if main.seen != _registrations[0]:
+                    main.recheck(args)
+                return main.compiled(*args)
             return others(args)
         return call
     # Read again after every call: a buffer the graph itself updates (a step counter) changes inside the call,
@@ -125,7 +128,9 @@ def checked(compiled: Callable, weights: Mapping[int, torch.Tensor], original: f
             return plain[0](*args)
         if not stale[0] and ids(args) == expected:
             if [args[i]._version for i in state] == versions[0]:
-                out = main(args)(*args)
+                if main.seen != _registrations[0]:
+                    main.recheck(args)
+                out = main.compiled(*args)
                 versions[0] = [args[i]._version for i in state]
                 return out
             with others.lock:
@@ -164,7 +169,7 @@ class _Reregistered:
     """The callable for the baked weights, checked against all of them by identity after any registration in the
     process: a baked weight replaced by another object (``module.weight = nn.Parameter(w)``, not at a sampled
     position) compiles the graph again for the new weights. Without a registration, a call costs one integer
-    comparison."""
+    comparison (made by the caller, before ``recheck``)."""
 
     def __init__(self, compiled: Callable, positions: list, weights: Mapping[int, torch.Tensor],
                  others: "_OtherWeights"):
@@ -174,16 +179,18 @@ class _Reregistered:
         self.ids = tuple(map(id, self.pick([weights.get(i) for i in range(positions[-1] + 1)])))
         self.seen = _registrations[0]
 
-    def __call__(self, args) -> Callable:
-        if self.seen != _registrations[0]:
-            with self.others.lock:
-                seen = _registrations[0]
-                now = tuple(map(id, self.pick(args)))
-                if now != self.ids:
-                    self.compiled = self.others.replaced(list(args))
-                    self.ids = now
-                self.seen = seen
-        return self.compiled
+    def recheck(self, args) -> None:
+        """Called when a registration happened since the last check (``seen``): a compile for replaced weights."""
+        with self.others.lock:
+            seen = _registrations[0]
+            now = tuple(map(id, self.pick(args)))
+            if now != self.ids:
+                others = self.others
+                fn = others.recompile(list(args), others.REPLACED)
+                self.compiled = _Refreshed(fn, others.versioned, [args[i] for i in others.versioned], others) \
+                    if others.versioned else fn
+                self.ids = now
+            self.seen = seen
 
 
 def _versioned(weights: Mapping[int, torch.Tensor], state: list) -> list:
@@ -250,28 +257,20 @@ class _OtherWeights:
         self.refreshes = 0  # compiles for weights changed in place
         self.lock = threading.Lock()
 
-    def recompile(self, args: list) -> Callable:
-        """A compile for weights changed in place since the last one (called under ``lock``)."""
-        self.refreshes += 1
-        if self.refreshes > MAX_WEIGHT_SETS:
-            return self._past_bound(args, f"weights were changed in place {MAX_WEIGHT_SETS} times; from now on it "
-                                          "runs through Inductor alone, which reads them at every call")
-        logger.warning("hybrid_trt: graph %d: weights baked into its engines were changed in place (e.g. "
-                       "load_state_dict, or batch-norm statistics updated by a train-mode forward); compiling it "
-                       "again for the new weights", self.graph_index)
-        return self._compile_for(args, "the new weights")
+    # What changed, for the warning: weights changed in place (_Refreshed), or a weight object replaced (_Reregistered).
+    IN_PLACE = ("weights baked into its engines were changed in place (e.g. load_state_dict, or batch-norm statistics "
+                "updated by a train-mode forward)")
+    REPLACED = "a weight baked into its engines was replaced by another tensor (e.g. module.weight = nn.Parameter(...))"
 
-    def replaced(self, args: list) -> Callable:
-        """A compile for the weights of a call where some baked weight is another object now (called under
-        ``lock``); counted with the in-place changes."""
+    def recompile(self, args: list, change: str = IN_PLACE) -> Callable:
+        """A compile for the weights of a call whose baked weights changed since the last one (called under
+        ``lock``); past ``MAX_WEIGHT_SETS`` changes, Inductor alone."""
         self.refreshes += 1
         if self.refreshes > MAX_WEIGHT_SETS:
             return self._past_bound(args, f"weights were changed {MAX_WEIGHT_SETS} times; from now on it runs "
                                           "through Inductor alone, which reads them at every call")
-        logger.warning("hybrid_trt: graph %d: a weight baked into its engines was replaced by another tensor (e.g. "
-                       "module.weight = nn.Parameter(...)); compiling it again for the new weights", self.graph_index)
-        fn = self._compile_for(args, "the new weights")
-        return _Refreshed(fn, self.versioned, [args[i] for i in self.versioned], self) if self.versioned else fn
+        logger.warning("hybrid_trt: graph %d: %s; compiling it again for the new weights", self.graph_index, change)
+        return self._compile_for(args, "the new weights")
 
     def _past_bound(self, args: list, why: str) -> Callable:
         if self.plain is None:
