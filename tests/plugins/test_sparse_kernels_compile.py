@@ -33,10 +33,12 @@ def _rulebook_kernels():
     geometry = dict(KY=3, KX=3, K=27)
     search = {"out_ptr": "*i32", "table_key_ptr": "*i64", "table_row_ptr": "*i32", "nbr_ptr": "*i32",
               "mask_key_ptr": "*i32"}
-    sites = {"idx_ptr": "*i32", "sites_ptr": "*i32", "slots_ptr": "*i32", "status_ptr": "*i32"}
+    sites = {"idx_ptr": "*i32", "site_mask_ptr": "*i32", "sites_ptr": "*i32", "slots_ptr": "*i32",
+             "status_ptr": "*i32"}
     number = {"sorted_ptr": "*i32", "perm_ptr": "*i64", "slots_ptr": "*i32", "site_row_ptr": "*i32",
               "out_idx_ptr": "*i32"}
-    push = {"idx_ptr": "*i32", "site_row_ptr": "*i32", "nbr_ptr": "*i32", "mask_key_ptr": "*i32"}
+    push = {"idx_ptr": "*i32", "site_row_ptr": "*i32", "nbr_ptr": "*i32"}
+    order_key = {"sites_ptr": "*i32", "slots_ptr": "*i32", "site_mask_ptr": "*i32", "order_key_ptr": "*i64"}
     return [
         (T._hash_insert_kernel, {"idx_ptr": "*i32", "table_key_ptr": "*i64", "table_row_ptr": "*i32"}, {},
          dict(BLOCK=256)),
@@ -44,22 +46,24 @@ def _rulebook_kernels():
         (T._hash_search_kernel, search, {}, dict(geometry, KP=32, MASK_KEY=0, BLOCK_M=32)),
         (T._hash_search_kernel, search, {}, dict(geometry, KP=32, MASK_KEY=1, BLOCK_M=32)),
         (T._hash_search_kernel, search, {}, dict(KY=5, KX=5, K=125, KP=128, MASK_KEY=2, BLOCK_M=8)),
-        # Strided: sites, their numbering and the pushed map, from int32 or int64 keys.
+        # Strided: sites with mask keys (bits, or counts for K > 31), the order keys, their numbering and the
+        # pushed map, from int32 or int64 keys.
         (T._strided_sites_kernel, dict(sites, table_ptr="*i32"), {"LIMIT": "i32"},
-         dict(geometry, BLOCK=256, SCRATCH_GROUPS=32)),
+         dict(geometry, MASK_KEY=1, BLOCK=256, SCRATCH_GROUPS=32)),
         (T._strided_sites_kernel, dict(sites, table_ptr="*i64", sites_ptr="*i64"), {"LIMIT": "i64"},
-         dict(geometry, BLOCK=256, SCRATCH_GROUPS=32)),
-        (T._strided_number_kernel, number, {}, dict(BLOCK=256)),
-        (T._strided_number_kernel, dict(number, sorted_ptr="*i64"), {}, dict(BLOCK=256)),
-        (T._strided_push_kernel, dict(push, table_ptr="*i32"), {}, dict(geometry, MASK_KEY=1, BLOCK=256)),
-        (T._strided_push_kernel, dict(push, table_ptr="*i64"), {}, dict(KY=5, KX=5, K=125, MASK_KEY=2, BLOCK=256)),
+         dict(KY=5, KX=5, K=125, MASK_KEY=2, BLOCK=256, SCRATCH_GROUPS=32)),
+        (T._strided_order_key_kernel, order_key, {}, dict(BLOCK=256)),
+        (T._strided_number_kernel, dict(number, sorted_ptr="*i64"), {}, dict(ORDER_KEY=True, BLOCK=256)),
+        (T._strided_number_kernel, dict(number, sorted_ptr="*i64"), {}, dict(ORDER_KEY=False, BLOCK=256)),
+        (T._strided_push_kernel, dict(push, table_ptr="*i32"), {}, dict(geometry, BLOCK=256)),
+        (T._strided_push_kernel, dict(push, table_ptr="*i64"), {}, dict(KY=5, KX=5, K=125, BLOCK=256)),
         (T._transpose_kernel, {"nbr_ptr": "*i32", "nbr_t_ptr": "*i32"}, {}, dict(K=27, BLOCK=256)),
         (T._mask_key_kernel, {"nbr_ptr": "*i32", "key_ptr": "*i32"}, {}, dict(K=27, KP=32, BITS=True, BLOCK_M=32)),
         (T._mask_key_kernel, {"nbr_ptr": "*i32", "key_ptr": "*i32"}, {}, dict(K=125, KP=128, BITS=False, BLOCK_M=8)),
     ]
 
 
-@pytest.mark.parametrize("case", range(13))
+@pytest.mark.parametrize("case", range(14))
 def test_rulebook_kernel_compiles_for_sm90(case):
     fn, pointers, scalars, constexprs = _rulebook_kernels()[case]
     compiled = _compile(fn, pointers, scalars, constexprs)

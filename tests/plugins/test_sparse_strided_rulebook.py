@@ -23,9 +23,14 @@ def test_one_pass_equals_two_pass(ks, st, pad, dil, n):
     indices = _cloud(n, shape, 2, seed=n + sum(ks)) if n else torch.empty((0, 4), dtype=torch.int32)
     out_shape = conv_output_shape(shape, ks, st, pad, dil)
     sites, nbr = reference.strided_rulebook(indices, out_shape, ks, st, pad, dil)
-    expected_sites = reference.strided_out_indices(indices, out_shape, ks, st, pad, dil)
-    expected_nbr = reference.neighbor_map(expected_sites, indices, shape, ks, st, pad, dil)
-    assert torch.equal(sites, expected_sites)
-    assert nbr.dtype == torch.int32 and torch.equal(nbr, expected_nbr)
+    by_key = reference.strided_out_indices(indices, out_shape, ks, st, pad, dil)
+    nbr_by_key = reference.neighbor_map(by_key, indices, shape, ks, st, pad, dil)
+    # The one-pass rulebook puts the sites in row-schedule order: by mask key, ties by site key.
+    order = reference.mask_order(nbr_by_key).long()
+    assert torch.equal(sites, by_key[order])
+    assert nbr.dtype == torch.int32 and torch.equal(nbr, nbr_by_key[order])
+    assert torch.equal(reference.mask_order(nbr), torch.arange(nbr.shape[0], dtype=torch.int32))
     if n:
         assert (nbr >= 0).any()
+    if n > 1:
+        assert not torch.equal(order, torch.arange(order.shape[0]))  # the reordering was exercised

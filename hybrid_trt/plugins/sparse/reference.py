@@ -106,6 +106,10 @@ def strided_rulebook(
     Every valid (input row, kernel offset) pair names its output site; ``unique(return_inverse=True)`` numbers
     the sites (sorted by key, as ``strided_out_indices``), and since input and output sites pair one to one
     for a fixed offset, a single scatter fills the map. No second hash-and-search over [M, K] sites.
+
+    The sites are then put in row-schedule order: sorted by mask key (``mask_order``), ties by site key. So
+    ``mask_order`` of the result is the identity, and the GPU builds this order with one sort of
+    (mask key, site key) instead of a sort of the sites and a second one of their masks.
     """
     device = in_indices.device
     K = kernel_size[0] * kernel_size[1] * kernel_size[2]
@@ -117,7 +121,8 @@ def strided_rulebook(
     sites, site_of_pair = torch.unique(key[rows, offs], return_inverse=True)
     nbr = torch.full((sites.shape[0], K), -1, dtype=torch.int32, device=device)
     nbr[site_of_pair, offs] = rows.to(torch.int32)
-    return unhash_coords(sites, out_spatial_shape), nbr
+    order = mask_order(nbr).long()
+    return unhash_coords(sites[order], out_spatial_shape), nbr[order]
 
 
 def transpose_neighbor_map(nbr: torch.Tensor, num_in: int) -> torch.Tensor:

@@ -120,20 +120,23 @@ def rows_bucket(m: int) -> int:
     return int(m).bit_length()
 
 
-def _tuned_kernel(c_in: int, c_out: int, k: int, bucket: int):
-    """An autotuned wrapper per channel-count pair, kernel volume and row
-    bucket: tile candidates are clamped to the channels, so narrow layers
-    don't benchmark useless tiles; the neighbour block is loaded at once only
+def _tuned_kernel(c_in: int, c_out: int, k: int, bucket: int, fma: bool):
+    """An autotuned wrapper per channel-count pair, kernel volume, row bucket
+    and math (``fma``: float32 without TF32, whose dot runs on FMA units):
+    tile candidates are clamped to the channels, so narrow layers don't
+    benchmark useless tiles; the neighbour block is loaded at once only
     where it fits in registers (K <= 32)."""
-    key = (c_in, c_out, k, bucket)
+    key = (c_in, c_out, k, bucket, fma)
     if key not in _TUNED:
         bn64, bn128 = _pow2_clamp(c_out, 16, 64), _pow2_clamp(c_out, 16, 128)
-        bk32, bk64 = _pow2_clamp(c_in, 16, 32), _pow2_clamp(c_in, 16, 64)
+        bk16, bk32, bk64 = _pow2_clamp(c_in, 16, 16), _pow2_clamp(c_in, 16, 32), _pow2_clamp(c_in, 16, 64)
         shapes = {
             (128, bn64, bk32, 4, 3), (64, bn64, bk32, 4, 3), (64, bn64, bk64, 4, 3),
             (128, bn128, bk32, 8, 3), (64, bn128, bk64, 4, 3), (128, bn64, bk64, 4, 2),
             (32, bn64, bk32, 2, 3), (128, bn128, bk64, 8, 3), (256, bn64, bk32, 8, 3),
         }
+        if fma:  # FMA dots keep whole tiles in registers: narrower K steps, more warps per tile
+            shapes |= {(64, bn64, bk16, 4, 2), (128, bn64, bk16, 8, 2), (128, bn128, bk16, 8, 2)}
         configs = [
             triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk}, num_warps=w, num_stages=st)
             for bm, bn, bk, w, st in sorted(shapes)
@@ -195,7 +198,7 @@ def _launch(features, weight, nbr, bias, out, order, allow_tf32: bool, w_kcc: bo
         meta = dict(CIN=c_in, COUT=c_out, K=K, HAS_ORDER=has_order, HAS_BIAS=has_bias, PRECISION=precision,
                     W_KCC=w_kcc, KP=triton.next_power_of_2(K))
         if tuned:
-            tuner = _tuned_kernel(c_in, c_out, K, bucket)
+            tuner = _tuned_kernel(c_in, c_out, K, bucket, precision == "ieee" and features.dtype == torch.float32)
             tuner[lambda c: (_cdiv(M, c["BLOCK_M"]), _cdiv(c_out, c["BLOCK_N"]))](*args, **meta)
             best = getattr(tuner, "best_config", None)
             if best is not None:

@@ -18,17 +18,19 @@ them with spconv 2.x).
     mask keys, a stable argsort of the keys and its cast to int32; no host
     synchronisation.
   * ``strided_rulebook``: one kernel computes every (input row, offset)'s
-    output key, inserts it into a key-only hash table and appends the keys it
-    inserted first (and their slots) to a list of unique sites; the list's
-    length is the one host synchronisation. Only those M unique keys are
-    sorted (not the N * K candidates); a kernel stores each site's rank in
-    its table slot and decodes its coordinates; then the map is pushed: each
-    (input row, offset) on the stride lattice looks its output up in the same
-    table and writes its map entry and mask bit. No table of the input sites
-    is built. Output sites come out sorted by key, the order of the torch
-    reference. Keys are int32 whenever one sample's output grid fits; a batch
-    index that overflows them is flagged by the kernel and the build is
-    redone in int64.
+    output key, inserts it into a key-only hash table, appends the keys it
+    inserted first (and their slots) to a list of unique sites, and sets the
+    offset's bit in a mask key kept per slot; the list's length is the one
+    host synchronisation. Only those M unique sites are sorted, once, by
+    (mask key, site key): the output order is the row schedule, so no second
+    sort (an argsort of the masks) is needed and the order returned is the
+    identity. A kernel stores each site's rank in its table slot and decodes
+    its coordinates; then the map is pushed: each (input row, offset) on the
+    stride lattice looks its output up in the same table and writes its map
+    entry. No table of the input sites is built. Keys are int32 whenever one
+    sample's output grid fits; a batch index that overflows them is flagged
+    by the kernel and the build is redone in int64 (then sorted by site key
+    and stably by mask key).
   * ``transpose_neighbor_map``: scatter of the inverse-conv rulebook.
   * ``mask_order``: neighbour mask per row, then a stable argsort (for maps
     that did not come out of a search, i.e. the transposed one).
@@ -55,6 +57,7 @@ import triton.language as tl
 from .geometry import Triple, subm_padding
 
 _EMPTY = tl.constexpr(-1)  # free hash slot; keys are non-negative
+_INT32_MAX_C = tl.constexpr(2**31 - 1)
 _INT32_MAX = 2**31 - 1
 _INT64_MAX = 2**63 - 1
 _BLOCK = 256
@@ -182,19 +185,21 @@ def _strided_target(
 
 @triton.jit
 def _strided_sites_kernel(
-    idx_ptr, table_ptr, sites_ptr, slots_ptr, status_ptr,
+    idx_ptr, table_ptr, site_mask_ptr, sites_ptr, slots_ptr, status_ptr,
     total, cap_mask, shift, sites_cap,
     OD, OH, OW,
     SZ, SY, SX, PZ, PY, PX, DZ, DY, DX,
     LIMIT,
     KY: tl.constexpr, KX: tl.constexpr, K: tl.constexpr,
-    BLOCK: tl.constexpr, SCRATCH_GROUPS: tl.constexpr,
+    MASK_KEY: tl.constexpr, BLOCK: tl.constexpr, SCRATCH_GROUPS: tl.constexpr,
 ):
     """The output site that input row n reaches through offset k (for every
     pair n * K + k), inserted into a key-only hash table; the lane whose
     insert created a key appends it to sites[status[0]++] and its table slot
-    to slots[] at the same place. status[1] is set when a key exceeds LIMIT
-    (the table's dtype)."""
+    to slots[] at the same place. Every pair also sets its offset's bit (or
+    adds to the count) in the site's mask key, kept per table slot, so the
+    mask keys are complete when the kernel is. status[1] is set when a key
+    exceeds LIMIT (the table's dtype)."""
     lane = tl.arange(0, BLOCK)
     offs = tl.program_id(0).to(tl.int64) * BLOCK + lane
     n, k, key, valid = _strided_target(idx_ptr, offs, offs < total, OD, OH, OW, SZ, SY, SX, PZ, PY, PX,
@@ -203,7 +208,8 @@ def _strided_sites_kernel(
     # the launcher assumed) is flagged; the launcher then redoes it in int64.
     too_wide = valid & (key > LIMIT)
     tl.store(status_ptr + 1 + tl.zeros([BLOCK], tl.int32), tl.full([BLOCK], 1, tl.int32), mask=too_wide)
-    todo = valid & (key <= LIMIT)
+    placed = valid & (key <= LIMIT)
+    todo = placed
     key = key.to(table_ptr.dtype.element_ty)
     slot = _hash_slot(key, shift)
     # Scratch slots as in _hash_insert_kernel, but most lanes here hold no
@@ -212,32 +218,52 @@ def _strided_sites_kernel(
     scratch = cap_mask + 1 + (tl.program_id(0) % SCRATCH_GROUPS) * BLOCK + lane
     empty = tl.full([BLOCK], _EMPTY, table_ptr.dtype.element_ty)
     created = tl.zeros([BLOCK], tl.int32)
-    created_slot = tl.zeros([BLOCK], tl.int64)
+    at = tl.zeros([BLOCK], tl.int64)  # the slot holding the pair's key
     while tl.max(todo.to(tl.int32), axis=0) > 0:
         target = tl.where(todo, slot, scratch)
         prev = tl.atomic_cas(table_ptr + target, empty, key, sem="relaxed")
         new = todo & (prev == _EMPTY)
         created = tl.where(new, 1, created)
-        created_slot = tl.where(new, slot, created_slot)
+        at = tl.where(todo & ((prev == _EMPTY) | (prev == key)), slot, at)
         todo = todo & (prev != _EMPTY) & (prev != key)
         slot = (slot + 1) & cap_mask
+    # Input sites are unique, so each (site, offset) bit has one writer and
+    # the OR / count does not depend on timing.
+    if MASK_KEY == 1:
+        tl.atomic_or(site_mask_ptr + at, (1 << k).to(tl.int32), mask=placed, sem="relaxed")
+    else:
+        tl.atomic_add(site_mask_ptr + at, tl.full([BLOCK], 1, tl.int32), mask=placed, sem="relaxed")
     # One atomic per program reserves room for its new sites. Their order in
     # the list depends on timing; the launcher sorts the list.
     base = tl.atomic_add(status_ptr, tl.sum(created, axis=0), sem="relaxed")
     pos = base + tl.cumsum(created, axis=0) - created
     keep = (created > 0) & (pos < sites_cap)
     tl.store(sites_ptr + pos, key, mask=keep)
-    tl.store(slots_ptr + pos, created_slot.to(tl.int32), mask=keep)
+    tl.store(slots_ptr + pos, at.to(tl.int32), mask=keep)
+
+
+@triton.jit
+def _strided_order_key_kernel(sites_ptr, slots_ptr, site_mask_ptr, order_key_ptr, M, BLOCK: tl.constexpr):
+    """order_key[i] = (mask key << 31) | site key of the i-th unique site (an
+    int32 site key fits 31 bits): one sort of these gives the output order."""
+    i = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    ok = i < M
+    site = tl.load(sites_ptr + i, mask=ok, other=0).to(tl.int64)
+    mask_key = tl.load(site_mask_ptr + tl.load(slots_ptr + i, mask=ok, other=0), mask=ok, other=0).to(tl.int64)
+    tl.store(order_key_ptr + i, (mask_key << 31) | site, mask=ok)
 
 
 @triton.jit
 def _strided_number_kernel(sorted_ptr, perm_ptr, slots_ptr, site_row_ptr, out_idx_ptr, M, OD, OH, OW,
-                           BLOCK: tl.constexpr):
-    """Output site m (the m-th smallest key): its table slot's value becomes m,
-    and its key is decoded into out_idx[m] = (b, z, y, x)."""
+                           ORDER_KEY: tl.constexpr, BLOCK: tl.constexpr):
+    """Output site m (the m-th in output order): its table slot's value
+    becomes m, and its key is decoded into out_idx[m] = (b, z, y, x).
+    ORDER_KEY: sorted_ptr holds order keys, whose low 31 bits are the site key."""
     m = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     ok = m < M
     site = tl.load(sorted_ptr + m, mask=ok, other=0).to(tl.int64)
+    if ORDER_KEY:
+        site = site & _INT32_MAX_C
     slot = tl.load(slots_ptr + tl.load(perm_ptr + m, mask=ok, other=0), mask=ok, other=0)
     tl.store(site_row_ptr + slot, m.to(tl.int32), mask=ok)
     ox = site % OW
@@ -252,18 +278,18 @@ def _strided_number_kernel(sorted_ptr, perm_ptr, slots_ptr, site_row_ptr, out_id
 
 @triton.jit
 def _strided_push_kernel(
-    idx_ptr, table_ptr, site_row_ptr, nbr_ptr, mask_key_ptr,
+    idx_ptr, table_ptr, site_row_ptr, nbr_ptr,
     total, cap_mask, shift,
     OD, OH, OW,
     SZ, SY, SX, PZ, PY, PX, DZ, DY, DX,
     KY: tl.constexpr, KX: tl.constexpr, K: tl.constexpr,
-    MASK_KEY: tl.constexpr, BLOCK: tl.constexpr,
+    BLOCK: tl.constexpr,
 ):
     """nbr[o, k] = n for every pair (n, k) that reaches output site o, found
-    through the site table (every such key is in it), and o's mask key from
-    atomics. A push: only the ~K / prod(S) pairs on the stride lattice probe
-    the table, where a pull over the output sites would probe all K offsets
-    of every site (9x more probes for 3x3x3 stride 2)."""
+    through the site table (every such key is in it). A push: only the
+    ~K / prod(S) pairs on the stride lattice probe the table, where a pull
+    over the output sites would probe all K offsets of every site (9x more
+    probes for 3x3x3 stride 2)."""
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     n, k, key, todo = _strided_target(idx_ptr, offs, offs < total, OD, OH, OW, SZ, SY, SX, PZ, PY, PX,
                                       DZ, DY, DX, KY, KX, K)
@@ -277,14 +303,8 @@ def _strided_push_kernel(
         todo = todo & (v != _EMPTY) & (v != key)
         slot = (slot + 1) & cap_mask
     found = o >= 0
-    o = o.to(tl.int64)
-    # Input sites are unique, so each (o, k) has one writer: the map does not
-    # depend on timing, and neither does the OR / count of the mask key.
-    tl.store(nbr_ptr + o * K + k, n.to(tl.int32), mask=found)
-    if MASK_KEY == 1:
-        tl.atomic_or(mask_key_ptr + o, (1 << k).to(tl.int32), mask=found, sem="relaxed")
-    else:
-        tl.atomic_add(mask_key_ptr + o, tl.full([BLOCK], 1, tl.int32), mask=found, sem="relaxed")
+    # Input sites are unique, so each (o, k) has one writer: the map does not depend on timing.
+    tl.store(nbr_ptr + o.to(tl.int64) * K + k, n.to(tl.int32), mask=found)
 
 
 @triton.jit
@@ -434,12 +454,13 @@ def strided_rulebook(
     dilation: Triple,
     mark: Mark = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Output sites (sorted by key), neighbour map and row schedule of a regular
-    sparse conv: the same result as reference.strided_rulebook followed by
-    reference.mask_order. (``in_spatial_shape`` is implied by the output grid
-    and the geometry; it is kept so that both rulebook launchers read alike.)
-    Input sites must be unique: a duplicated site gives a valid map of one of
-    its copies, in an order that may differ from the reference's."""
+    """Output sites, neighbour map and row schedule of a regular sparse conv:
+    the same result as reference.strided_rulebook. Sites come out sorted by
+    (mask key, site key), so the row schedule is the identity. (``in_spatial_shape``
+    is implied by the output grid and the geometry; it is kept so that both
+    rulebook launchers read alike.) Input sites must be unique: a duplicated
+    site gives a valid map of one of its copies, in an order that may differ
+    from the reference's."""
     K, _, _, key_kind = _kernel_shape(kernel_size)
     N = in_indices.shape[0]
     device = in_indices.device
@@ -464,13 +485,15 @@ def strided_rulebook(
         if dtype == torch.int32 and not narrow:
             continue
         if mark:
-            mark(f"output sites ({'int32' if dtype == torch.int32 else 'int64'} keys)")
+            mark(f"output sites + mask keys ({'int32' if dtype == torch.int32 else 'int64'} keys)")
         site_table = torch.full((cap_mask + 1 + _SCRATCH_GROUPS * _BLOCK,), _EMPTY.value, dtype=dtype, device=device)
+        site_mask = torch.zeros((cap_mask + 1,), dtype=torch.int32, device=device)
         sites = torch.empty((bound,), dtype=dtype, device=device)
         status = torch.zeros((2,), dtype=torch.int32, device=device)  # [sites, overflow]
         _strided_sites_kernel[_grid(total)](
-            in_indices, site_table, sites, slots, status, total, cap_mask, shift, bound, *geometry, limit,
-            KY=kernel_size[1], KX=kernel_size[2], K=K, BLOCK=_BLOCK, SCRATCH_GROUPS=_SCRATCH_GROUPS,
+            in_indices, site_table, site_mask, sites, slots, status, total, cap_mask, shift, bound, *geometry, limit,
+            KY=kernel_size[1], KX=kernel_size[2], K=K, MASK_KEY=key_kind, BLOCK=_BLOCK,
+            SCRATCH_GROUPS=_SCRATCH_GROUPS,
         )
         if mark:
             mark("sync: output size")
@@ -482,25 +505,32 @@ def strided_rulebook(
                            "this is a bug in the strided rulebook, please report it")
     nbr = torch.full((M, K), -1, dtype=torch.int32, device=device)
     out_indices = torch.empty((M, 4), dtype=torch.int32, device=device)
-    mask_key = torch.zeros((M,), dtype=torch.int32, device=device)
     if M:
+        order_key = dtype == torch.int32  # site keys fit 31 bits: (mask, site) packs into one int64
         if mark:
-            mark("sort output sites")
-        sorted_sites, perm = torch.sort(sites[:M])
+            mark("sort output sites by (mask key, site key)")
+        if order_key:
+            keys = torch.empty((M,), dtype=torch.int64, device=device)
+            _strided_order_key_kernel[_grid(M)](sites, slots, site_mask, keys, M, BLOCK=_BLOCK)
+            sorted_keys, perm = torch.sort(keys)
+        else:  # int64 site keys: by site key, then stably by mask key
+            sorted_keys, perm = torch.sort(sites[:M])
+            by_mask = torch.argsort(site_mask[slots[perm].long()], stable=True)
+            sorted_keys, perm = sorted_keys[by_mask], perm[by_mask]
         if mark:
             mark("number output sites")
         site_row = torch.empty((cap_mask + 1,), dtype=torch.int32, device=device)
-        _strided_number_kernel[_grid(M)](sorted_sites, perm, slots, site_row, out_indices, M, *out_shape,
-                                         BLOCK=_BLOCK)
+        _strided_number_kernel[_grid(M)](sorted_keys, perm, slots, site_row, out_indices, M, *out_shape,
+                                         ORDER_KEY=order_key, BLOCK=_BLOCK)
         if mark:
-            mark("map (push) + mask keys")
+            mark("map (push)")
         _strided_push_kernel[_grid(total)](
-            in_indices, site_table, site_row, nbr, mask_key, total, cap_mask, shift, *geometry,
-            KY=kernel_size[1], KX=kernel_size[2], K=K, MASK_KEY=key_kind, BLOCK=_BLOCK,
+            in_indices, site_table, site_row, nbr, total, cap_mask, shift, *geometry,
+            KY=kernel_size[1], KX=kernel_size[2], K=K, BLOCK=_BLOCK,
         )
     if mark:
-        mark("order (argsort)")
-    return out_indices, nbr, _order(mask_key)
+        mark("order (identity)")
+    return out_indices, nbr, torch.arange(M, dtype=torch.int32, device=device)
 
 
 def transpose_neighbor_map(nbr: torch.Tensor, num_in: int) -> torch.Tensor:
