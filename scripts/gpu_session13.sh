@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Device-call stages for the H200, session 13 (onnxruntime-gpu in /tmp/site from .chunk1-4, spconv in /tmp/spsite
 # from .spconv1). Logs under $OUT/s13, returned as one tarball per stage.
-# Usage: scripts/gpu_session13.sh chunk K | sparse [layers timeout] | e2e | probe | cg [budget] [configs] | tests [timeout]
+# Usage: scripts/gpu_session13.sh chunk K | sparse [layers timeout] | layers [timeout] | e2e | probe | cg [budget] [configs] | tests [timeout]
 set -uo pipefail
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 OUT=${OUT:-/tmp/out}
 export HYBRID_TRT_CACHE_DIR=/tmp/htrt-cache TORCHINDUCTOR_CACHE_DIR=/tmp/ind-cache
@@ -23,6 +23,14 @@ case ${1:?stage} in
     timeout ${2:-330} python3 benchmarks/bench_sparse.py --runs 3 --out $L/layers.md > $L/layers.log 2>&1
     echo "layers rc=$?"; grep -E "^\| " $L/layers.md | head -20
     tar czf $OUT/s13_sparse.tgz -C $OUT s13
+    ;;
+  layers)  # carry .spconv1: CUDA check, then the layer sweep (3 runs)
+    spconv
+    timeout 240 python3 tests/plugins/sparse_triton_check.py cuda > $L/check2.log 2>&1; echo "check rc=$?"
+    grep -E "TOTAL|FAIL|ok=False" $L/check2.log | tail -8; grep -c "ok=True" $L/check2.log
+    timeout ${2:-330} python3 benchmarks/bench_sparse.py --runs 3 --out $L/layers2.md > $L/layers2.log 2>&1
+    echo "layers rc=$?"; grep -E "^\| " $L/layers2.md | head -20
+    tar czf $OUT/s13_layers.tgz -C $OUT s13
     ;;
   e2e)  # carry .spconv1: the LiDAR example against spconv eager, three runs
     spconv

@@ -10,6 +10,7 @@ with the TensorRT plugin, in test_sparse_lowering.py.)
 from __future__ import annotations
 
 import pytest
+import torch
 
 triton = pytest.importorskip("triton")
 
@@ -83,3 +84,28 @@ def test_gemm_kernel_compiles_for_sm90_reading_spconv_weight_layout(dtype, prelo
                       BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, PRELOAD_NBR=preload, KP=32)
     compiled = _compile(_implicit_gemm_kernel, pointers, {}, constexprs)
     assert ".entry" in compiled.asm["ptx"]
+
+
+def test_float32_weight_copy_is_reused_only_while_the_weight_is_unchanged():
+    """The fp32 launcher's [K, Cin, Cout] weight copy is made once per weight; an in-place update, a `.data`
+    swap or a new weight object each give a fresh, correct copy."""
+    from hybrid_trt.plugins.sparse import triton_gemm as G
+
+    w = torch.nn.Parameter(torch.randn(8, 3, 3, 3, 4), requires_grad=False)
+    first = G._weight_kcc_reused(w)
+    assert torch.equal(first, G.weight_kcc(w))
+    assert G._weight_kcc_reused(w) is first  # reused: no copy per call
+    w.mul_(2.0)  # in place: the version counter moves
+    second = G._weight_kcc_reused(w)
+    assert second is not first and torch.equal(second, G.weight_kcc(w))
+    w.data = torch.randn(8, 3, 3, 3, 4)  # new storage, same object, same version
+    third = G._weight_kcc_reused(w)
+    assert third is not second and torch.equal(third, G.weight_kcc(w))
+    other = torch.nn.Parameter(w.detach().clone(), requires_grad=False)
+    assert G._weight_kcc_reused(other) is not third
+    n = len(G._KCC)
+    del other
+    import gc
+
+    gc.collect()
+    assert len(G._KCC) == n - 1  # held weakly: the entry went with its weight
