@@ -272,6 +272,28 @@ def event_per_call(fn, device: str, reps: int) -> float | None:
     return statistics.median(times)
 
 
+def interleaved_event_ms(fns: dict, reps: int) -> dict:
+    """Median event ms per call of each callable (as event_per_call), timed in
+    interleaved rounds, one call of each per round, the order rotating: host
+    or GPU noise falls on every side of a comparison alike."""
+    for fn in fns.values():
+        for _ in range(3):
+            fn()
+    times = {name: [] for name in fns}
+    names = list(fns)
+    for i in range(reps):
+        for j in range(len(names)):
+            name = names[(i + j) % len(names)]
+            torch.cuda.synchronize()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fns[name]()
+            end.record()
+            end.synchronize()
+            times[name].append(start.elapsed_time(end))
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
 # ---------------------------------------------------------------- dispatch variants
 
 
@@ -456,8 +478,9 @@ def profile_rulebooks(sizes, reps: int, device: str, grid=GRID) -> str:
     steps_md = ["| rulebook | N in | M out | step | host ms | GPU ms | GPU ops launched | host syncs | allocs |",
                 "|---|---|---|---|---|---|---|---|---|"]
     calls_md = ["| rulebook | N in | launcher, host ms | torch.ops (Library), host ms | custom_op, host ms | "
-                "torch.ops, event ms | spconv 2.x, host ms | spconv 2.x, event ms | spconv M out |",
-                "|---|---|---|---|---|---|---|---|---|"]
+                "torch.ops, event ms | spconv 2.x, host ms | spconv 2.x, event ms | spconv M out | "
+                "interleaved event ms, torch.ops / spconv 2.x | ratio |",
+                "|---|---|---|---|---|---|---|---|---|---|---|"]
     notes = []
     for n in sizes:
         cfg = lidar_detector.DetectorConfig(grid=grid, voxels_per_sample=n, batch_size=1)
@@ -494,6 +517,7 @@ def profile_rulebooks(sizes, reps: int, device: str, grid=GRID) -> str:
             if not same:
                 notes.append(f"{label} N={N}: torch.ops result differs from the launcher's")
             sp_host = sp_event = sp_m = None
+            duel = "- | -"
             if spconv is not None:
                 try:
                     sp = spconv(coords, subm)
@@ -508,13 +532,19 @@ def profile_rulebooks(sizes, reps: int, device: str, grid=GRID) -> str:
                                  f"({sp_all[DEVICE_OPS]:.1f} ran on the GPU), "
                                  f"{fmt(sp_counts.get('syncs'), 1)} host syncs, "
                                  f"{fmt(sp_counts.get('allocs'), 1)} torch factory calls")
+                    # The comparison of record: both sides in the same rounds (the columns before time each
+                    # side in its own block, so a burst of host noise can land on one of them).
+                    both = interleaved_event_ms({"ours": via_ops, "spconv": lambda: spconv(coords, subm)},
+                                                max(reps, 60))
+                    duel = (f"{fmt(both['ours'])} / {fmt(both['spconv'])} | "
+                            f"{fmt(both['ours'] / both['spconv'], 2)}")
                 except Exception as e:  # noqa: BLE001 - a comparison column, never the run
                     notes.append(f"{label} N={N}: spconv failed: {type(e).__name__}: {e}")
             calls_md.append(
                 f"| {label} | {N} | {fmt(host_per_call(lambda: launch(None), device, reps))} | "
                 f"{fmt(host_per_call(via_ops, device, reps))} | {fmt(host_per_call(via_custom, device, reps))} | "
                 f"{fmt(event_per_call(via_ops, device, reps))} | {fmt(sp_host)} | {fmt(sp_event)} | "
-                f"{sp_m if sp_m is not None else '-'} |"
+                f"{sp_m if sp_m is not None else '-'} | {duel} |"
             )
             print("\n".join(steps_md[-len(rows) - 1:]), "\n", calls_md[-1], flush=True)
     tiny = coords[:16]

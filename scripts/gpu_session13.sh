@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Device-call stages for the H200, session 13 (onnxruntime-gpu in /tmp/site from .chunk1-4, spconv in /tmp/spsite
 # from .spconv1). Logs under $OUT/s13, returned as one tarball per stage.
-# Usage: scripts/gpu_session13.sh chunk K | sparse [layers timeout] | layers [timeout] | e2e | probe | cg [budget] [configs] | tests [timeout]
+# Usage: scripts/gpu_session13.sh chunk K | sparse [layers timeout] | layers [timeout] | rulebooks | e2e | probe | cg [budget] [configs] | tests [timeout]
 set -uo pipefail
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 OUT=${OUT:-/tmp/out}
 export HYBRID_TRT_CACHE_DIR=/tmp/htrt-cache TORCHINDUCTOR_CACHE_DIR=/tmp/ind-cache
@@ -23,6 +23,12 @@ case ${1:?stage} in
     timeout ${2:-330} python3 benchmarks/bench_sparse.py --runs 3 --out $L/layers.md > $L/layers.log 2>&1
     echo "layers rc=$?"; grep -E "^\| " $L/layers.md | head -20
     tar czf $OUT/s13_sparse.tgz -C $OUT s13
+    ;;
+  rulebooks)  # carry .spconv1: rulebook steps and one call against spconv 2.x, the latter also interleaved
+    spconv
+    timeout 200 python3 benchmarks/profile_sparse.py --out $L/profile2.md > $L/profile2.log 2>&1; echo "profile rc=$?"
+    grep -E "^\| (strided|SubM) \| [0-9]+ \| [0-9.]+ \|" $L/profile2.md | grep -v "|.*|.*|.*| [a-z]" | head -8
+    tar czf $OUT/s13_rulebooks.tgz -C $OUT s13/profile2.md s13/profile2.log
     ;;
   layers)  # carry .spconv1: CUDA check, then the layer sweep (3 runs)
     spconv
