@@ -185,6 +185,39 @@ def test_layouts_match_eager(layout):
     assert _delegated(before) > 0
 
 
+class FeatureMapNet(nn.Module):
+    """Returns feature maps, one of them through a view: their strides follow the input's memory format."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.c2 = nn.Conv2d(8, 8, 3, padding=1)
+
+    def forward(self, x):
+        y = self.c2(torch.relu(self.c1(x)))
+        return y, y.permute(0, 2, 3, 1), y.mean((-2, -1))
+
+
+@pytest.mark.parametrize("layout", ["channels_last", "contiguous"])
+def test_returned_feature_maps_keep_eager_strides(layout):
+    """A delegate returns contiguous tensors; the graph's outputs get their traced strides back, so a
+    channels-last input gives channels-last outputs, as in eager mode and under Inductor."""
+    model = _model(FeatureMapNet)
+    x = torch.randn(2, 3, 16, 16)
+    if layout == "channels_last":
+        x = x.contiguous(memory_format=torch.channels_last)
+    before = len(hybrid_trt.reports())
+    with torch.no_grad():
+        expected = model(x)
+        got = torch.compile(model, backend="hybrid_trt")(x)
+    assert _delegated(before) > 0
+    assert_close(got, expected, what=layout)
+    for i, (g, e) in enumerate(zip(got, expected)):
+        assert g.stride() == e.stride(), f"output {i}: strides {g.stride()} != eager's {e.stride()}"
+    if layout == "channels_last":
+        assert got[0].is_contiguous(memory_format=torch.channels_last) and not got[0].is_contiguous()
+
+
 def test_zero_batch_matches_eager():
     model = _model(ConvNet)
     with torch.no_grad():

@@ -10,6 +10,11 @@ Two kinds of op depend on strides:
   graphs whose strides did not change are traced exactly as before.
 - ``as_strided`` reads storage directly, so a contiguous stand-in would silently change its result. A delegate
   output that reaches one (through views) is given its traced strides back with ``prims.copy_strided``.
+
+The graph's own outputs are held to their traced strides too: a channels-last input gives channels-last outputs
+in eager mode and under Inductor (which keeps output strides), and a caller may depend on that (a stride check,
+``is_contiguous(memory_format=...)``, a ``view`` that needs them). A delegate output returned (directly or
+through views) with non-contiguous traced strides gets the same ``copy_strided``; contiguous ones cost nothing.
 """
 from __future__ import annotations
 
@@ -36,15 +41,18 @@ def views_to_reshapes(gm: fx.GraphModule) -> fx.GraphModule:
 
 def keep_traced_strides(gm: fx.GraphModule, members, outputs) -> int:
     """In place, before stitching: each of ``outputs`` (nodes of the partition ``members`` that a delegate will
-    produce contiguous) whose traced strides are not contiguous and which reaches a storage reader outside the
-    partition gets a ``copy_strided`` back to those strides in front of its outside users. Returns how many."""
+    produce contiguous) whose traced strides are not contiguous and which reaches a storage reader or the graph's
+    output outside the partition gets a ``copy_strided`` back to those strides in front of its outside users.
+    Returns how many."""
     members = set(members)
     inserted = 0
     for out in outputs:
         val = out.meta.get("val")
         outside = [u for u in out.users if u not in members]
-        if not isinstance(val, torch.Tensor) or val.is_contiguous() or not _reaches_storage_reader(outside):
+        if not isinstance(val, torch.Tensor) or val.is_contiguous() or not _needs_traced_strides(outside):
             continue
+        if not all(isinstance(s, int) for s in val.stride()):
+            continue  # symbolic strides (dynamic shapes) cannot be a constant of the graph: left contiguous
         with gm.graph.inserting_after(out):
             restrided = gm.graph.call_function(torch.ops.prims.copy_strided.default, (out, list(val.stride())))
         restrided.meta["val"] = val
@@ -56,10 +64,13 @@ def keep_traced_strides(gm: fx.GraphModule, members, outputs) -> int:
     return inserted
 
 
-def _reaches_storage_reader(users) -> bool:
+def _needs_traced_strides(users) -> bool:
+    """Whether ``users`` (or the aliases they return) include a storage reader or the graph's output."""
     stack, seen = list(users), set()
     while stack:
         user = stack.pop()
+        if user.op == "output":
+            return True
         if user in seen or user.op != "call_function":
             continue
         seen.add(user)
