@@ -198,24 +198,43 @@ class FeatureMapNet(nn.Module):
         return y, y.permute(0, 2, 3, 1), y.mean((-2, -1))
 
 
+@pytest.mark.parametrize("dynamic", [False, True])
 @pytest.mark.parametrize("layout", ["channels_last", "contiguous"])
-def test_returned_feature_maps_keep_eager_strides(layout):
+def test_returned_feature_maps_keep_eager_strides(layout, dynamic):
     """A delegate returns contiguous tensors; the graph's outputs get their traced strides back, so a
-    channels-last input gives channels-last outputs, as in eager mode and under Inductor."""
+    channels-last input gives channels-last outputs, as in eager mode and under Inductor (with dynamic shapes
+    too, where the strides are symbolic)."""
     model = _model(FeatureMapNet)
-    x = torch.randn(2, 3, 16, 16)
-    if layout == "channels_last":
-        x = x.contiguous(memory_format=torch.channels_last)
     before = len(hybrid_trt.reports())
-    with torch.no_grad():
-        expected = model(x)
-        got = torch.compile(model, backend="hybrid_trt")(x)
+    fast = torch.compile(model, backend="hybrid_trt", dynamic=dynamic)
+    for batch in (2, 3):
+        x = torch.randn(batch, 3, 16, 16)
+        if layout == "channels_last":
+            x = x.contiguous(memory_format=torch.channels_last)
+        with torch.no_grad():
+            expected, got = model(x), fast(x)
+        assert_close(got, expected, what=f"{layout}, batch {batch}")
+        for i, (g, e) in enumerate(zip(got, expected)):
+            assert g.stride() == e.stride(), f"batch {batch}, output {i}: strides {g.stride()} != eager's {e.stride()}"
+        if layout == "channels_last":
+            assert got[0].is_contiguous(memory_format=torch.channels_last) and not got[0].is_contiguous()
     assert _delegated(before) > 0
-    assert_close(got, expected, what=layout)
-    for i, (g, e) in enumerate(zip(got, expected)):
-        assert g.stride() == e.stride(), f"output {i}: strides {g.stride()} != eager's {e.stride()}"
-    if layout == "channels_last":
-        assert got[0].is_contiguous(memory_format=torch.channels_last) and not got[0].is_contiguous()
+
+
+class SliceNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c = nn.Conv2d(3, 8, 3, padding=1)
+
+    def forward(self, x):
+        return self.c(x)[:, :, ::2]  # a returned slice: its traced strides need the storage around it
+
+
+def test_returned_slice_of_a_delegate_output_matches_eager():
+    model = _model(SliceNet)
+    x = torch.randn(2, 3, 16, 16)
+    with torch.no_grad():
+        assert_close(torch.compile(model, backend="hybrid_trt")(x), model(x), what="sliced output")
 
 
 def test_zero_batch_matches_eager():

@@ -14,7 +14,9 @@ Two kinds of op depend on strides:
 The graph's own outputs are held to their traced strides too: a channels-last input gives channels-last outputs
 in eager mode and under Inductor (which keeps output strides), and a caller may depend on that (a stride check,
 ``is_contiguous(memory_format=...)``, a ``view`` that needs them). A delegate output returned (directly or
-through views) with non-contiguous traced strides gets the same ``copy_strided``; contiguous ones cost nothing.
+through views) with non-contiguous, non-overlapping and dense traced strides gets the same ``copy_strided`` (a
+``clone`` to its memory format when the strides are symbolic); contiguous ones cost nothing, and a returned slice
+or expand, whose strides need storage the delegate's output lacks, stays contiguous.
 """
 from __future__ import annotations
 
@@ -41,20 +43,29 @@ def views_to_reshapes(gm: fx.GraphModule) -> fx.GraphModule:
 
 def keep_traced_strides(gm: fx.GraphModule, members, outputs) -> int:
     """In place, before stitching: each of ``outputs`` (nodes of the partition ``members`` that a delegate will
-    produce contiguous) whose traced strides are not contiguous and which reaches a storage reader or the graph's
-    output outside the partition gets a ``copy_strided`` back to those strides in front of its outside users.
-    Returns how many."""
+    produce contiguous) whose traced strides are not contiguous gets them back in front of its outside users when
+    it reaches a storage reader (``copy_strided``, static strides) or the graph's output (non-overlapping, dense
+    strides: ``copy_strided`` when static, a ``clone`` to the memory format when symbolic). Returns how many."""
     members = set(members)
     inserted = 0
     for out in outputs:
         val = out.meta.get("val")
         outside = [u for u in out.users if u not in members]
-        if not isinstance(val, torch.Tensor) or val.is_contiguous() or not _needs_traced_strides(outside):
+        if not isinstance(val, torch.Tensor) or val.is_contiguous():
             continue
-        if not all(isinstance(s, int) for s in val.stride()):
-            continue  # symbolic strides (dynamic shapes) cannot be a constant of the graph: left contiguous
+        reader = _reaches(outside, returned=False)
+        if not reader and not (_reaches(outside, returned=True) and _dense(val)):
+            continue  # a returned slice or expand keeps a contiguous copy: its traced strides need storage it lacks
+        static = all(isinstance(s, int) for s in val.stride())
+        if static:
+            target, args, kwargs = torch.ops.prims.copy_strided.default, (out, list(val.stride())), {}
+        else:  # symbolic strides cannot be constants of the graph; a memory format can
+            fmt = None if reader else _memory_format(val)
+            if fmt is None:
+                continue
+            target, args, kwargs = aten.clone.default, (out,), {"memory_format": fmt}
         with gm.graph.inserting_after(out):
-            restrided = gm.graph.call_function(torch.ops.prims.copy_strided.default, (out, list(val.stride())))
+            restrided = gm.graph.call_function(target, args, kwargs)
         restrided.meta["val"] = val
         for user in outside:
             user.replace_input_with(out, restrided)
@@ -64,21 +75,47 @@ def keep_traced_strides(gm: fx.GraphModule, members, outputs) -> int:
     return inserted
 
 
-def _needs_traced_strides(users) -> bool:
-    """Whether ``users`` (or the aliases they return) include a storage reader or the graph's output."""
+def _reaches(users, returned: bool) -> bool:
+    """Whether ``users`` (or the aliases they return) include the graph's output (``returned``) or a storage
+    reader (not ``returned``)."""
     stack, seen = list(users), set()
     while stack:
         user = stack.pop()
         if user.op == "output":
-            return True
+            if returned:
+                return True
+            continue
         if user in seen or user.op != "call_function":
             continue
         seen.add(user)
-        if user.target in _STORAGE_READERS:
+        if user.target in _STORAGE_READERS and not returned:
             return True
         if _returns_alias(user.target):
             stack.extend(user.users)
     return False
+
+
+def _dense(val: torch.Tensor) -> bool:
+    import torch._prims_common as prims_common
+
+    # "_or_false": False where a symbolic size leaves it undecided (older torch: the exact test).
+    check = getattr(prims_common, "is_non_overlapping_and_dense_or_false", None) or getattr(
+        prims_common, "is_non_overlapping_and_dense")
+    try:
+        return bool(check(val))
+    except Exception:  # noqa: BLE001 - a size the trace cannot decide: leave the output contiguous
+        return False
+
+
+def _memory_format(val: torch.Tensor):
+    """channels_last / channels_last_3d where ``val`` is laid out so, else None."""
+    import torch._prims_common as prims_common
+
+    try:
+        fmt = prims_common.suggest_memory_format(val)
+    except Exception:  # noqa: BLE001 - as in _dense
+        return None
+    return fmt if fmt in (torch.channels_last, torch.channels_last_3d) else None
 
 
 def _returns_alias(target) -> bool:

@@ -109,3 +109,20 @@ def test_float32_weight_copy_is_reused_only_while_the_weight_is_unchanged():
 
     gc.collect()
     assert len(G._KCC) == n - 1  # held weakly: the entry went with its weight
+
+
+def test_float32_weight_copy_is_not_kept_where_it_could_go_stale_or_leak():
+    from hybrid_trt.plugins.sparse import triton_gemm as G
+
+    with torch.inference_mode():  # inference tensors have no version counter: never cached
+        w = torch.randn(8, 3, 3, 3, 4)
+    assert torch.equal(G._weight_kcc_reused(w), G.weight_kcc(w)) and w not in G._KCC
+    # Cout == 1: the "copy" is a view of the weight itself; an entry would hold its own key alive forever.
+    one = torch.nn.Parameter(torch.randn(1, 3, 3, 3, 4), requires_grad=False)
+    assert torch.equal(G._weight_kcc_reused(one), G.weight_kcc(one)) and one not in G._KCC
+    # A layer that now runs in half precision drops its float32 copy.
+    w = torch.nn.Parameter(torch.randn(8, 3, 3, 3, 4), requires_grad=False)
+    G._weight_kcc_reused(w)
+    assert w in G._KCC
+    G.forget_weight_kcc(w)
+    assert w not in G._KCC

@@ -4,9 +4,11 @@ Each program owns a BLOCK_M x BLOCK_N output tile, walks the K kernel
 offsets, gathers the BLOCK_M input rows each offset reads (masked where
 inactive) and accumulates A @ W[k] in fp32. Offsets with no active
 neighbour in the tile are skipped, which is most of them in SubM layers.
-The weight is read in spconv's ``[Cout, kD, kH, kW, Cin]`` layout as the op
-receives it (no per-call transpose); the TensorRT plugin passes
-``[K, Cin, Cout]`` (``W_KCC``), which its engine transposes once at build.
+In half precision the weight is read in spconv's ``[Cout, kD, kH, kW, Cin]``
+layout as the op receives it (no per-call transpose); float32 reads a
+``[K, Cin, Cout]`` copy (``W_KCC``), made once per weight and reused while
+the weight is unchanged; the TensorRT plugin passes ``[K, Cin, Cout]`` too,
+which its engine transposes once at build.
 
 Imported lazily (first CUDA call, or explicitly by tests) because Triton's
 interpreter (``TRITON_INTERPRET=1``) must be enabled before ``@triton.jit``
@@ -187,21 +189,36 @@ def weight_kcc(weight: torch.Tensor) -> torch.Tensor:
 # entry goes with its weight): the copy cost ~19 us of host time per call on
 # the H200's host, a fifth of a cached layer's launch path. An entry is used
 # only while the weight's version counter and storage are the ones it was made
-# from, so an in-place update or a `.data` swap makes a fresh copy.
+# from (an in-place update or a `.data` swap makes a fresh copy; an in-place
+# edit through `.data`, which moves no version counter, is not seen, as
+# everywhere in torch that relies on it), and only on the stream it was made on.
 _KCC = torch.utils.weak.WeakIdKeyDictionary()
 
 
 def _weight_kcc_reused(weight: torch.Tensor) -> torch.Tensor:
-    stamp = (weight._version, weight.data_ptr(), weight.shape, weight.stride())
+    if weight.is_inference():  # no version counter: an in-place change could not be seen
+        return weight_kcc(weight)
+    cuda = weight.device.type == "cuda"
+    # Never during a CUDA graph capture: a replay must transpose the live weight
+    # (a later in-place update is what a captured graph's static weight sees),
+    # and a copy kept from inside a capture would live in the graph's pool.
+    if cuda and torch.cuda.is_current_stream_capturing():
+        return weight_kcc(weight)
+    stream = torch.cuda.current_stream(weight.device).cuda_stream if cuda else 0
+    stamp = (weight._version, weight.data_ptr(), weight.shape, weight.stride(), stream)
     hit = _KCC.get(weight)
     if hit is not None and hit[0] == stamp:
         return hit[1]
     kcc = weight_kcc(weight)
-    # Not kept from inside a CUDA graph capture: the copy would live in the
-    # graph's private memory pool, which later captures may reuse.
-    if weight.device.type != "cuda" or not torch.cuda.is_current_stream_capturing():
+    if kcc.untyped_storage().data_ptr() != weight.untyped_storage().data_ptr():  # a view holds its weight alive
         _KCC[weight] = (stamp, kcc)
     return kcc
+
+
+def forget_weight_kcc(weight: torch.Tensor) -> None:
+    """Drop ``weight``'s float32 copy (its layer now runs in another dtype)."""
+    if _KCC:
+        _KCC.pop(weight, None)
 
 
 def _launch(features, weight, nbr, bias, out, order, allow_tf32: bool, w_kcc: bool) -> torch.Tensor:
@@ -263,6 +280,7 @@ def conv_compute(
     out = torch.empty((nbr.shape[0], weight.shape[0]), dtype=dtype, device=features.device)
     in_place = dtype != torch.float32
     if in_place:
+        forget_weight_kcc(weight)  # after model.half(), the weight object's float32 copy is not kept alive
         weight = weight.to(dtype).contiguous()
     else:  # a weight of another dtype is a fresh tensor per call: nothing to reuse
         weight = _weight_kcc_reused(weight) if weight.dtype == dtype else weight_kcc(weight.to(dtype))
