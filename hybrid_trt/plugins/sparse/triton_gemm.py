@@ -210,8 +210,11 @@ def _weight_kcc_reused(weight: torch.Tensor) -> torch.Tensor:
     if hit is not None and hit[0] == stamp:
         return hit[1]
     kcc = weight_kcc(weight)
-    if kcc.untyped_storage().data_ptr() != weight.untyped_storage().data_ptr():  # a view holds its weight alive
-        _KCC[weight] = (stamp, kcc)
+    storage = weight.untyped_storage()
+    if kcc.untyped_storage().data_ptr() != storage.data_ptr():  # a view would hold its weight alive: no entry
+        # The weight's storage is held with the entry: freed by a `.data` swap, its address could be handed to
+        # the next swap's tensor and the stamp compare equal.
+        _KCC[weight] = (stamp, kcc, storage)
     return kcc
 
 
