@@ -220,14 +220,7 @@ class _Refreshed:
         self.compiled, self.others = compiled, others
         self.pick = operator.itemgetter(*positions, positions[0])  # two or more: itemgetter returns a tuple
         self.seen = tuple(map(_version, tensors + tensors[:1]))
-        self._remember(tensors + tensors[:1])
-
-    def _remember(self, tensors) -> None:
-        # The storages are held, not only their addresses: a storage freed by `param.data = new` could otherwise be
-        # handed to a later `.data = newer`, whose address would then compare equal and the change go unseen.
-        # (What is held is the sampled weights' old memory, and only until the call that sees the change.)
-        self.memory = tuple(map(_data_ptr, tensors))
-        self.held = tuple(t.untyped_storage() for t in tensors)
+        self.memory = tuple(map(_data_ptr, tensors + tensors[:1]))
 
     def versions(self, args) -> tuple:
         return tuple(map(_version, self.pick(args)))
@@ -242,7 +235,7 @@ class _Refreshed:
                 if self.changed(args):
                     self.compiled = self.others.recompile(list(args))
                     self.seen = self.versions(args)
-                    self._remember(self.pick(args))
+                    self.memory = tuple(map(_data_ptr, self.pick(args)))
         out = self.compiled(*args)
         self.seen = self.versions(args)
         return out

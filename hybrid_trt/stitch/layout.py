@@ -51,7 +51,7 @@ def keep_traced_strides(gm: fx.GraphModule, members, outputs) -> int:
     for out in outputs:
         val = out.meta.get("val")
         outside = [u for u in out.users if u not in members]
-        if not isinstance(val, torch.Tensor) or val.is_contiguous():
+        if not isinstance(val, torch.Tensor) or _contiguous(val):
             continue
         reader = _reaches(outside, returned=False)
         if not reader and not (_reaches(outside, returned=True) and _dense(val)):
@@ -93,6 +93,13 @@ def _reaches(users, returned: bool) -> bool:
         if _returns_alias(user.target):
             stack.extend(user.users)
     return False
+
+
+def _contiguous(val: torch.Tensor) -> bool:
+    try:
+        return bool(val.is_contiguous())
+    except Exception:  # noqa: BLE001 - an unbacked size the trace cannot decide: nothing to give back
+        return True
 
 
 def _dense(val: torch.Tensor) -> bool:

@@ -120,6 +120,12 @@ def test_float32_weight_copy_is_not_kept_where_it_could_go_stale_or_leak():
     # Cout == 1: the "copy" is a view of the weight itself; an entry would hold its own key alive forever.
     one = torch.nn.Parameter(torch.randn(1, 3, 3, 3, 4), requires_grad=False)
     assert torch.equal(G._weight_kcc_reused(one), G.weight_kcc(one)) and one not in G._KCC
+    # A weight swapped to Cout == 1 (its "copy" is a view): the old entry, copy and storage reference, goes.
+    w = torch.nn.Parameter(torch.randn(8, 3, 3, 3, 4), requires_grad=False)
+    G._weight_kcc_reused(w)
+    assert w in G._KCC
+    w.data = torch.randn(1, 3, 3, 3, 4)
+    assert torch.equal(G._weight_kcc_reused(w), G.weight_kcc(w)) and w not in G._KCC
     # A layer that now runs in half precision drops its float32 copy.
     w = torch.nn.Parameter(torch.randn(8, 3, 3, 3, 4), requires_grad=False)
     G._weight_kcc_reused(w)

@@ -24,6 +24,7 @@ import os
 
 import torch
 import torch.utils.weak
+from torch.multiprocessing.reductions import StorageWeakRef
 import triton
 import triton.language as tl
 
@@ -191,30 +192,32 @@ def weight_kcc(weight: torch.Tensor) -> torch.Tensor:
 # only while the weight's version counter and storage are the ones it was made
 # from (an in-place update or a `.data` swap makes a fresh copy; an in-place
 # edit through `.data`, which moves no version counter, is not seen, as
-# everywhere in torch that relies on it), and only on the stream it was made on.
+# everywhere in torch that relies on it). The storage is referenced weakly: an
+# address compares equal only while the storage it was read from is alive, so
+# a freed one handed to a later `.data` swap cannot pass for it.
 _KCC = torch.utils.weak.WeakIdKeyDictionary()
 
 
 def _weight_kcc_reused(weight: torch.Tensor) -> torch.Tensor:
     if weight.is_inference():  # no version counter: an in-place change could not be seen
         return weight_kcc(weight)
-    cuda = weight.device.type == "cuda"
-    # Never during a CUDA graph capture: a replay must transpose the live weight
-    # (a later in-place update is what a captured graph's static weight sees),
-    # and a copy kept from inside a capture would live in the graph's pool.
-    if cuda and torch.cuda.is_current_stream_capturing():
+    # Only on the legacy default stream. Inductor's CUDA-graph trees warm up
+    # and capture on a stream of their own, where allocations go to the
+    # graph's private pool (a copy kept from there would be memory the pool
+    # may hand out again), and a replay must transpose the live weight; a
+    # capture never runs on the legacy default stream.
+    if weight.is_cuda and torch._C._cuda_getCurrentRawStream(weight.get_device()) != 0:
         return weight_kcc(weight)
-    stream = torch.cuda.current_stream(weight.device).cuda_stream if cuda else 0
-    stamp = (weight._version, weight.data_ptr(), weight.shape, weight.stride(), stream)
+    stamp = (weight._version, weight.data_ptr(), weight.shape, weight.stride())
     hit = _KCC.get(weight)
-    if hit is not None and hit[0] == stamp:
+    if hit is not None and hit[0] == stamp and not hit[2].expired():
         return hit[1]
     kcc = weight_kcc(weight)
     storage = weight.untyped_storage()
     if kcc.untyped_storage().data_ptr() != storage.data_ptr():  # a view would hold its weight alive: no entry
-        # The weight's storage is held with the entry: freed by a `.data` swap, its address could be handed to
-        # the next swap's tensor and the stamp compare equal.
-        _KCC[weight] = (stamp, kcc, storage)
+        _KCC[weight] = (stamp, kcc, StorageWeakRef(storage))
+    elif hit is not None:
+        del _KCC[weight]
     return kcc
 
 
@@ -285,8 +288,11 @@ def conv_compute(
     if in_place:
         forget_weight_kcc(weight)  # after model.half(), the weight object's float32 copy is not kept alive
         weight = weight.to(dtype).contiguous()
+    elif weight.dtype == dtype:
+        weight = _weight_kcc_reused(weight)
     else:  # a weight of another dtype is a fresh tensor per call: nothing to reuse
-        weight = _weight_kcc_reused(weight) if weight.dtype == dtype else weight_kcc(weight.to(dtype))
+        forget_weight_kcc(weight)
+        weight = weight_kcc(weight.to(dtype))
     if bias is not None:
         bias = bias.to(dtype).contiguous()
     return _launch(features.contiguous(), weight, nbr.contiguous(), bias, out, order, allow_tf32, not in_place)
