@@ -272,28 +272,6 @@ def event_per_call(fn, device: str, reps: int) -> float | None:
     return statistics.median(times)
 
 
-def interleaved_event_ms(fns: dict, reps: int) -> dict:
-    """Median event ms per call of each callable (as event_per_call), timed in
-    interleaved rounds, one call of each per round, the order rotating: host
-    or GPU noise falls on every side of a comparison alike."""
-    for fn in fns.values():
-        for _ in range(3):
-            fn()
-    times = {name: [] for name in fns}
-    names = list(fns)
-    for i in range(reps):
-        for j in range(len(names)):
-            name = names[(i + j) % len(names)]
-            torch.cuda.synchronize()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fns[name]()
-            end.record()
-            end.synchronize()
-            times[name].append(start.elapsed_time(end))
-    return {name: statistics.median(t) for name, t in times.items()}
-
-
 # ---------------------------------------------------------------- dispatch variants
 
 
@@ -534,8 +512,12 @@ def profile_rulebooks(sizes, reps: int, device: str, grid=GRID) -> str:
                                  f"{fmt(sp_counts.get('allocs'), 1)} torch factory calls")
                     # The comparison of record: both sides in the same rounds (the columns before time each
                     # side in its own block, so a burst of host noise can land on one of them).
-                    both = interleaved_event_ms({"ours": via_ops, "spconv": lambda: spconv(coords, subm)},
-                                                max(reps, 60))
+                    import bench_sparse as bs  # its interleaved rounds, the layer sweep's measurement
+
+                    both, failed = bs.interleaved_ms({"ours": via_ops, "spconv": lambda: spconv(coords, subm)},
+                                                     warmup=3, iters=max(reps, 60))
+                    if failed:
+                        raise RuntimeError(f"interleaved rounds: {failed}")
                     duel = (f"{fmt(both['ours'])} / {fmt(both['spconv'])} | "
                             f"{fmt(both['ours'] / both['spconv'], 2)}")
                 except Exception as e:  # noqa: BLE001 - a comparison column, never the run
