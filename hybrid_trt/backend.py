@@ -394,8 +394,23 @@ def _stitched(gm: fx.GraphModule, delegated: list, aot_inputs, report: CompileRe
     """The graph Inductor compiles: ``delegated`` partitions as delegate calls, the rest decomposed."""
     t0 = time.perf_counter()
     stitched = _decompose_for_inductor(views_to_reshapes(stitch(gm, delegated)), aot_inputs)
+    _keep_output_strides_meta(gm, stitched)
     report.partition_seconds += time.perf_counter() - t0
     return stitched
+
+
+# Set by Inductor's compile_fx on the graph it hands inner_compile: which outputs the user sees and their eager
+# strides, which Inductor then keeps (its layout optimisation may pick channels-last for a convolution). A
+# re-traced graph has a fresh output node without them, and its outputs would come back in Inductor's layout.
+_OUTPUT_STRIDES_META = ("user_visible_output_idxs", "original_output_strides")
+
+
+def _keep_output_strides_meta(source: fx.GraphModule, target: fx.GraphModule) -> None:
+    """In place: ``target`` (the same outputs, stitched and re-traced) gets ``source``'s output-stride meta."""
+    (src,), (dst,) = source.graph.find_nodes(op="output"), target.graph.find_nodes(op="output")
+    for key in _OUTPUT_STRIDES_META:
+        if key in src.meta:
+            dst.meta[key] = src.meta[key]
 
 
 def _route_back(d: "_Delegated", why: str, warn: bool, report: CompileReport) -> None:

@@ -221,6 +221,21 @@ def test_returned_feature_maps_keep_eager_strides(layout, dynamic):
     assert _delegated(before) > 0
 
 
+def test_outputs_inductor_computes_keep_eager_strides():
+    """With nothing delegated, the graph Inductor compiles is the re-traced one: it must still carry the output
+    strides Inductor keeps, or its layout optimisation returns a convolution's output channels-last."""
+    model = _model(FeatureMapNet)
+    x = torch.randn(2, 3, 16, 16)
+    before = len(hybrid_trt.reports())
+    with torch.no_grad():
+        expected = model(x)
+        got = torch.compile(model, backend="hybrid_trt", options={"min_block_size": 1000})(x)
+    assert _delegated(before) == 0
+    assert_close(got, expected, what="nothing delegated")
+    for i, (g, e) in enumerate(zip(got, expected)):
+        assert g.stride() == e.stride(), f"output {i}: strides {g.stride()} != eager's {e.stride()}"
+
+
 class SliceNet(nn.Module):
     def __init__(self):
         super().__init__()
