@@ -14,3 +14,15 @@ def assert_close(actual, expected, rtol=1e-4, atol=1e-4, what="output"):
     assert actual.dtype == expected.dtype, f"{what}: dtype {actual.dtype} != {expected.dtype}"
     assert actual.shape == expected.shape, f"{what}: shape {tuple(actual.shape)} != {tuple(expected.shape)}"
     torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol, equal_nan=True, msg=lambda m: f"{what}: {m}")
+
+
+# Child-process scripts (python -c) paste this: the hybrid_trt logger's warnings into a list ``warnings``
+# (the script imports logging first).
+CHILD_WARNING_COLLECTOR = r"""
+warnings = []
+class Collect(logging.Handler):
+    def emit(self, record):
+        if record.levelno >= logging.WARNING:
+            warnings.append(record.getMessage())
+logging.getLogger("hybrid_trt").addHandler(Collect())
+"""

@@ -11,17 +11,14 @@ import pathlib
 import subprocess
 import sys
 
+from _helpers import CHILD_WARNING_COLLECTOR
+
 _CHILD = r"""
 import json, logging, os, sys
 import torch
 import hybrid_trt
 
-warnings = []
-class Collect(logging.Handler):
-    def emit(self, record):
-        if record.levelno >= logging.WARNING:
-            warnings.append(record.getMessage())
-logging.getLogger("hybrid_trt").addHandler(Collect())
+""" + CHILD_WARNING_COLLECTOR + r"""
 
 torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4), torch.nn.Sigmoid())

@@ -19,6 +19,7 @@ import time
 
 import pytest
 
+from _helpers import CHILD_WARNING_COLLECTOR
 from hybrid_trt.engines import EngineStore, default_cache_dir
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -33,12 +34,7 @@ for name in ("hybrid_trt", "hybrid_trt.engines"):  # the packages without their 
 from hybrid_trt.engines.store import EngineStore
 assert "torch" not in sys.modules
 
-warnings = []
-class Collect(logging.Handler):
-    def emit(self, record):
-        if record.levelno >= logging.WARNING:
-            warnings.append(record.getMessage())
-logging.getLogger("hybrid_trt").addHandler(Collect())
+""" + CHILD_WARNING_COLLECTOR + r"""
 
 def content(key, generation, size):
     return random.Random(f"{key}:{generation}").randbytes(size)
