@@ -21,6 +21,7 @@ I32_ARGS = {"N", "M", "total", "cap_mask", "shift", "sites_cap", "D", "H", "W", 
 
 
 def _compile(fn, pointers: dict, scalars: dict, constexprs: dict):
+    fn = getattr(fn, "jit", fn)  # the rulebook kernels are UnspecializedKernel (triton_launch.py)
     signature = {name: pointers.get(name) or scalars.get(name) or ("i32" if name in I32_ARGS else "constexpr")
                  for name in fn.arg_names}
     by_index = {(fn.arg_names.index(k),): v for k, v in constexprs.items()}

@@ -55,6 +55,7 @@ import triton
 import triton.language as tl
 
 from .geometry import Triple, subm_padding
+from .triton_launch import unspecialized_jit
 
 _EMPTY = tl.constexpr(-1)  # free hash slot; keys are non-negative
 _INT32_MAX_C = tl.constexpr(2**31 - 1)
@@ -87,7 +88,7 @@ def _hash_slot(key, shift):
     return ((key.to(tl.int64) * 2654435769) & 0xFFFFFFFF) >> shift
 
 
-@triton.jit
+@unspecialized_jit
 def _hash_insert_kernel(
     idx_ptr, table_key_ptr, table_row_ptr,
     N, cap_mask, shift, D, H, W,
@@ -112,7 +113,7 @@ def _hash_insert_kernel(
         slot = (slot + 1) & cap_mask
 
 
-@triton.jit
+@unspecialized_jit
 def _hash_search_kernel(
     out_ptr, table_key_ptr, table_row_ptr, nbr_ptr, mask_key_ptr,
     M, cap_mask, shift,
@@ -183,7 +184,7 @@ def _strided_target(
     return n, k, key, valid
 
 
-@triton.jit
+@unspecialized_jit
 def _strided_sites_kernel(
     idx_ptr, table_ptr, site_mask_ptr, sites_ptr, slots_ptr, status_ptr,
     total, cap_mask, shift, sites_cap,
@@ -242,7 +243,7 @@ def _strided_sites_kernel(
     tl.store(slots_ptr + pos, at.to(tl.int32), mask=keep)
 
 
-@triton.jit
+@unspecialized_jit
 def _strided_order_key_kernel(sites_ptr, slots_ptr, site_mask_ptr, order_key_ptr, M, BLOCK: tl.constexpr):
     """order_key[i] = (mask key << 31) | site key of the i-th unique site (an
     int32 site key fits 31 bits): one sort of these gives the output order."""
@@ -253,7 +254,7 @@ def _strided_order_key_kernel(sites_ptr, slots_ptr, site_mask_ptr, order_key_ptr
     tl.store(order_key_ptr + i, (mask_key << 31) | site, mask=ok)
 
 
-@triton.jit
+@unspecialized_jit
 def _strided_number_kernel(sorted_ptr, perm_ptr, slots_ptr, site_row_ptr, out_idx_ptr, M, OD, OH, OW,
                            ORDER_KEY: tl.constexpr, BLOCK: tl.constexpr):
     """Output site m (the m-th in output order): its table slot's value
@@ -276,7 +277,7 @@ def _strided_number_kernel(sorted_ptr, perm_ptr, slots_ptr, site_row_ptr, out_id
     tl.store(out_idx_ptr + m * 4 + 3, ox.to(tl.int32), mask=ok)
 
 
-@triton.jit
+@unspecialized_jit
 def _strided_push_kernel(
     idx_ptr, table_ptr, site_row_ptr, nbr_ptr,
     total, cap_mask, shift,
@@ -307,7 +308,7 @@ def _strided_push_kernel(
     tl.store(nbr_ptr + o.to(tl.int64) * K + k, n.to(tl.int32), mask=found)
 
 
-@triton.jit
+@unspecialized_jit
 def _transpose_kernel(nbr_ptr, nbr_t_ptr, total, K: tl.constexpr, BLOCK: tl.constexpr):
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < total
@@ -317,7 +318,7 @@ def _transpose_kernel(nbr_ptr, nbr_t_ptr, total, K: tl.constexpr, BLOCK: tl.cons
     tl.store(nbr_t_ptr + i * K + k, m, mask=mask & (i >= 0))
 
 
-@triton.jit
+@unspecialized_jit
 def _mask_key_kernel(nbr_ptr, key_ptr, M, K: tl.constexpr, KP: tl.constexpr, BITS: tl.constexpr, BLOCK_M: tl.constexpr):
     m = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
     k = tl.arange(0, KP)

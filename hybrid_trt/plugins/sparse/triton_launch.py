@@ -1,0 +1,112 @@
+"""Triton kernels launched for a fraction of ``kernel[grid](...)``'s host cost.
+
+``kernel[grid](*args)`` binds and specialises every argument, builds a cache
+key and looks the compiled kernel up on every call: about 20 us of host time
+per launch on the H200 (triton 3.6), against 6.5 us for the compiled kernel's
+own launcher (benchmarks/probe_subm_order.py). A rulebook step does a few
+microseconds of GPU work, so at tens of thousands of voxels that binding was
+most of a step's cost.
+
+``unspecialized_jit(fn)`` compiles ``fn`` so that its code depends on nothing
+but its constexpr values and its arguments' types: no runtime argument is
+specialised (ints are not specialised on their value, pointers not on their
+alignment). The first launch of each (device, constexprs, argument types) goes
+through Triton, which compiles or finds the kernel; later launches call that
+compiled kernel's launcher directly on the current stream. The key holds what
+Triton's own key holds once nothing is specialised, so a launch never reaches
+a kernel compiled for different types.
+
+Triton's own path is kept whenever the direct one would skip something: under
+the interpreter (``TRITON_INTERPRET=1``, the CPU tests), while a launch hook is
+set (profilers), and when the compiled kernel does not expose the launcher
+this was written against (``run``, ``function``, ``packed_metadata``).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+
+import torch
+import triton
+
+_I32_LO, _I32_HI, _I64_HI = -(2**31), 2**31, 2**63
+_MISSING = object()
+
+
+def _kind(arg):
+    """What Triton's signature takes from an unspecialised argument: a tensor's
+    dtype, an int's width (i32, i64, u64), else its type (bool, float, None)."""
+    kind = type(arg)
+    if kind is int:
+        return 0 if _I32_LO <= arg < _I32_HI else (1 if arg < _I64_HI else 2)
+    if isinstance(arg, torch.Tensor):
+        return arg.dtype
+    return kind
+
+
+def _runtime_knobs():
+    knobs = getattr(triton, "knobs", None)
+    return getattr(knobs, "runtime", None)
+
+
+class UnspecializedKernel:
+    """``kernel[grid](*args, **constexprs)`` as with a ``@triton.jit`` kernel.
+    The runtime arguments come first and positionally, the constexprs last by
+    name (no launch options such as num_warps)."""
+
+    def __init__(self, fn):
+        params = list(inspect.signature(fn).parameters.values())
+        is_constexpr = ["constexpr" in str(p.annotation) for p in params]
+        runtime = [p.name for p, c in zip(params, is_constexpr) if not c]
+        if is_constexpr != sorted(is_constexpr):
+            raise TypeError(f"{fn.__name__}: constexpr parameters must come after the runtime ones")
+        self.jit = triton.jit(fn, do_not_specialize=runtime, do_not_specialize_on_alignment=runtime)
+        self._constexpr_names = tuple(p.name for p, c in zip(params, is_constexpr) if c)
+        self._num_runtime = len(runtime)
+        self._knobs = _runtime_knobs()
+        interpret = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+        self._direct = not interpret and self._knobs is not None
+        self._compiled: dict = {}  # key -> (launcher, function, packed metadata, constexpr values) or None
+        functools.update_wrapper(self, fn)
+
+    def __getitem__(self, grid):
+        return functools.partial(self._launch, grid)
+
+    def _launch(self, grid, *args, **constexprs):
+        if not self._direct or self._knobs.launch_enter_hook is not None:
+            self.jit[grid](*args, **constexprs)
+            return
+        device = torch.cuda.current_device()
+        key = (device, *constexprs.items(), *map(_kind, args))
+        entry = self._compiled.get(key, _MISSING)
+        if entry is _MISSING:
+            self._compiled[key] = self._first_launch(grid, args, constexprs)
+        elif entry is None:
+            self.jit[grid](*args, **constexprs)
+        else:
+            run, function, metadata, tail = entry
+            g = (*grid, 1, 1)
+            run(g[0], g[1], g[2], torch._C._cuda_getCurrentRawStream(device), function, metadata,
+                None, None, None, *args, *tail)
+
+    def _first_launch(self, grid, args, constexprs):
+        """Launch through Triton; return what later launches of the same key
+        call, or None where they must go through Triton too."""
+        compiled = self.jit[grid](*args, **constexprs)
+        if len(args) != self._num_runtime or set(constexprs) != set(self._constexpr_names):
+            return None  # Triton took it (defaults, options): keep its binding
+        init = getattr(compiled, "_init_handles", None)
+        if init is None:
+            return None
+        init()
+        try:
+            run, function, metadata = compiled.run, compiled.function, compiled.packed_metadata
+        except AttributeError:
+            return None
+        return run, function, metadata, tuple(constexprs[name] for name in self._constexpr_names)
+
+
+def unspecialized_jit(fn) -> UnspecializedKernel:
+    return UnspecializedKernel(fn)

@@ -1,0 +1,64 @@
+"""triton_launch.py: Triton kernels launched straight through their compiled
+launcher after the first launch of each key (CUDA), through Triton itself
+under the interpreter. The kernels run in a child process because the
+interpreter must be switched on before Triton is imported."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from hybrid_trt.plugins.sparse import triton_launch  # noqa: E402
+
+_SCRIPT = pathlib.Path(__file__).with_name("triton_launch_check.py")
+
+
+def _check(device: str, env: dict) -> None:
+    proc = subprocess.run([sys.executable, str(_SCRIPT), device], env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    assert "FAILURES 0" in proc.stdout
+
+
+def test_kernels_interpreted_on_cpu():
+    _check("cpu", dict(os.environ, TRITON_INTERPRET="1"))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_kernels_launched_directly_on_cuda():
+    _check("cuda", {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"})
+
+
+def test_key_has_what_an_unspecialised_signature_has():
+    kind = triton_launch._kind
+    assert [kind(v) for v in (0, 2**31 - 1, -(2**31))] == [0, 0, 0]  # i32
+    assert [kind(v) for v in (2**31, -(2**31) - 1, 2**63 - 1)] == [1, 1, 1]  # i64
+    assert kind(2**63) == 2  # u64
+    assert kind(True) is bool and kind(1.5) is float and kind(None) is type(None)
+    assert kind(torch.zeros(1, dtype=torch.int64)) == torch.int64
+    assert kind(torch.nn.Parameter(torch.zeros(1))) == torch.float32
+
+
+def test_no_runtime_argument_is_specialised():
+    def copy_kernel(x_ptr, y_ptr, n, BLOCK: "tl.constexpr"):  # noqa: F821 - Triton reads the annotation
+        pass
+
+    kernel = triton_launch.unspecialized_jit(copy_kernel)
+    runtime = [p for p in kernel.jit.params if not p.is_constexpr]
+    assert [p.name for p in runtime] == ["x_ptr", "y_ptr", "n"]
+    assert all(p.do_not_specialize and p.do_not_specialize_on_alignment for p in runtime)
+
+
+def test_constexpr_before_a_runtime_argument_is_refused():
+    def kernel(x_ptr, BLOCK: "tl.constexpr", n):  # noqa: F821
+        pass
+
+    with pytest.raises(TypeError, match="constexpr parameters must come after"):
+        triton_launch.unspecialized_jit(kernel)
