@@ -62,3 +62,14 @@ def test_constexpr_before_a_runtime_argument_is_refused():
 
     with pytest.raises(TypeError, match="constexpr parameters must come after"):
         triton_launch.unspecialized_jit(kernel)
+
+
+def test_a_launch_hook_counts_only_when_set():
+    hooked = triton_launch._hooked
+
+    class Chain:  # triton >= 3.5: knobs.runtime.launch_enter_hook is a HookChain, empty by default
+        def __init__(self, calls):
+            self.calls = calls
+
+    assert not hooked(None) and not hooked(Chain([]))
+    assert hooked(Chain([print])) and hooked(print)

@@ -5,6 +5,7 @@ GPU, where later launches take the direct path. Prints one line per check and
 
 from __future__ import annotations
 
+import logging
 import sys
 
 import torch
@@ -31,6 +32,8 @@ def _run(x, a, scale, block=128):
 
 def main(device: str) -> int:
     failures = 0
+    logging.basicConfig(level=logging.DEBUG, format="%(name)s: %(message)s")  # why a kernel went through Triton
+    print(f"triton {triton.__version__}")
 
     def check(name, ok):
         nonlocal failures
@@ -63,12 +66,21 @@ def main(device: str) -> int:
         # A launch hook (profilers) sends launches through Triton, which calls it.
         calls = []
         knobs = triton.knobs.runtime
-        knobs.launch_enter_hook = lambda metadata: calls.append(metadata)
+        chain = knobs.launch_enter_hook  # a HookChain from triton 3.5 on, before that None or a callable
+        hook = calls.append
+        if hasattr(chain, "add"):
+            chain.add(hook)
+        else:
+            knobs.launch_enter_hook = hook
         try:
             y = _run(x, 3, 2)
         finally:
-            knobs.launch_enter_hook = None
+            if hasattr(chain, "remove"):
+                chain.remove(hook)
+            else:
+                knobs.launch_enter_hook = chain
         check("launch hook honoured", len(calls) == 1 and torch.equal(y, x * 2 + 3))
+        check("direct again once the hook is gone", torch.equal(_run(x, 3, 2), x * 2 + 3) and len(calls) == 1)
     else:
         check("interpreter: nothing cached", not _scale_add_kernel._compiled)
     print(f"FAILURES {failures}")

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import logging
 import os
 
 import torch
@@ -33,6 +34,7 @@ import triton
 
 _I32_LO, _I32_HI, _I64_HI = -(2**31), 2**31, 2**63
 _MISSING = object()
+_log = logging.getLogger("hybrid_trt.sparse")
 
 
 def _kind(arg):
@@ -44,6 +46,11 @@ def _kind(arg):
     if isinstance(arg, torch.Tensor):
         return arg.dtype
     return kind
+
+
+def _hooked(hook) -> bool:
+    """A launch hook is set: a callable, or (triton >= 3.5) a HookChain with calls."""
+    return hook is not None and bool(getattr(hook, "calls", True))
 
 
 def _runtime_knobs():
@@ -68,6 +75,8 @@ class UnspecializedKernel:
         self._knobs = _runtime_knobs()
         interpret = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
         self._direct = not interpret and self._knobs is not None
+        if not self._direct and not interpret:
+            _log.debug("%s: launched through Triton each time: triton.knobs.runtime is missing", fn.__name__)
         self._compiled: dict = {}  # key -> (launcher, function, packed metadata, constexpr values) or None
         functools.update_wrapper(self, fn)
 
@@ -75,7 +84,7 @@ class UnspecializedKernel:
         return functools.partial(self._launch, grid)
 
     def _launch(self, grid, *args, **constexprs):
-        if not self._direct or self._knobs.launch_enter_hook is not None:
+        if not self._direct or _hooked(self._knobs.launch_enter_hook) or _hooked(self._knobs.launch_exit_hook):
             self.jit[grid](*args, **constexprs)
             return
         device = torch.cuda.current_device()
@@ -96,16 +105,16 @@ class UnspecializedKernel:
         call, or None where they must go through Triton too."""
         compiled = self.jit[grid](*args, **constexprs)
         if len(args) != self._num_runtime or set(constexprs) != set(self._constexpr_names):
-            return None  # Triton took it (defaults, options): keep its binding
-        init = getattr(compiled, "_init_handles", None)
-        if init is None:
-            return None
-        init()
+            return self._through_triton("the call binds arguments by default or passes launch options")
         try:
+            compiled._init_handles()
             run, function, metadata = compiled.run, compiled.function, compiled.packed_metadata
-        except AttributeError:
-            return None
+        except AttributeError as e:
+            return self._through_triton(f"the compiled kernel has no launcher as expected ({e})")
         return run, function, metadata, tuple(constexprs[name] for name in self._constexpr_names)
+
+    def _through_triton(self, why: str) -> None:
+        _log.debug("%s: launched through Triton each time: %s", self.__name__, why)
 
 
 def unspecialized_jit(fn) -> UnspecializedKernel:
