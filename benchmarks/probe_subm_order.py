@@ -1,7 +1,7 @@
 """Probe: host and event time per call of the SubM rulebook's steps on CUDA, and of candidate replacements for its
 row-schedule sort (a stable argsort of the mask keys, then a cast to int32). Interleaved rounds
 (bench_sparse.interleaved_ms) for event times; host time as in probe_sparse_host_path.py.
-Usage: python benchmarks/probe_subm_order.py"""
+Usage: python benchmarks/probe_subm_order.py [--one-cta]   (--one-cta: also a one-CTA tl.sort of <= 16384 rows)"""
 from __future__ import annotations
 
 import pathlib
@@ -77,7 +77,7 @@ def main() -> int:
             "sort(stable)[1]": lambda: torch.sort(key, stable=True)[1],
             "sort int64 packed": lambda: torch.sort((key.to(torch.int64) << 32) | torch.arange(N, device="cuda"))[0],
         }
-        if False:
+        if N <= 16384 and "--one-cta" in sys.argv:  # GPU-heavy (0.45 ms at 10k): off by default
             for w in (8, 16, 32):
                 try:
                     got = one_cta_sort(key, w)
