@@ -56,13 +56,32 @@ def main(device: str) -> int:
         direct = [v for v in _scale_add_kernel._compiled.values() if v is not None]
         check(f"one direct launcher per key ({len(direct)} for {len(keys)} keys)",
               len(direct) == len(_scale_add_kernel._compiled) == len(keys))
-        stream = torch.cuda.Stream()
+        through_triton = []
+        jit_run = _scale_add_kernel.jit.run
+        _scale_add_kernel.jit.run = lambda *a, **k: (through_triton.append(1), jit_run(*a, **k))[1]
         x = torch.arange(4096, device=device, dtype=torch.int32)
+        check("a cached key launches directly", torch.equal(_run(x, 3, 2), x * 2 + 3) and not through_triton)
+        # On a side stream held back by a sleep, the input is written after the sleep: a launch on any other
+        # stream would read it before it is written.
+        stream = torch.cuda.Stream()
         torch.cuda.synchronize()
         with torch.cuda.stream(stream):
-            y = _run(x, 3, 2)
+            torch.cuda._sleep(50_000_000)
+            src = torch.empty_like(x)
+            src.copy_(x)
+            y = _run(src, 3, 2)
         stream.synchronize()
-        check("launch on a side stream", torch.equal(y, x * 2 + 3))
+        check("launch on a side stream, ordered after its work", torch.equal(y, x * 2 + 3) and not through_triton)
+        # Captured into a CUDA graph and replayed on new input.
+        static_x = x.clone()
+        _run(static_x, 3, 2)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            static_y = _run(static_x, 3, 2)
+        static_x.copy_(x * 5)
+        graph.replay()
+        torch.cuda.synchronize()
+        check("captured in a CUDA graph, replayed on new input", torch.equal(static_y, x * 10 + 3))
         # A launch hook (profilers) sends launches through Triton, which calls it.
         calls = []
         knobs = triton.knobs.runtime
@@ -73,14 +92,27 @@ def main(device: str) -> int:
         else:
             knobs.launch_enter_hook = hook
         try:
+            before = len(through_triton)
             y = _run(x, 3, 2)
         finally:
             if hasattr(chain, "remove"):
                 chain.remove(hook)
             else:
                 knobs.launch_enter_hook = chain
-        check("launch hook honoured", len(calls) == 1 and torch.equal(y, x * 2 + 3))
-        check("direct again once the hook is gone", torch.equal(_run(x, 3, 2), x * 2 + 3) and len(calls) == 1)
+        check("launch hook honoured", len(calls) == 1 and len(through_triton) == before + 1
+              and torch.equal(y, x * 2 + 3))
+        check("direct again once the hook is gone",
+              torch.equal(_run(x, 3, 2), x * 2 + 3) and len(calls) == 1 and len(through_triton) == before + 1)
+        # A compile setting Triton folds into its options (debug) makes a new kernel, as it would for Triton.
+        n_before = len(_scale_add_kernel._compiled)
+        knobs.debug = True
+        try:
+            y = _run(x, 3, 2)
+        finally:
+            knobs.debug = False
+        check("a changed compile setting is a new key", len(_scale_add_kernel._compiled) == n_before + 1
+              and torch.equal(y, x * 2 + 3))
+        _scale_add_kernel.jit.run = jit_run
     else:
         check("interpreter: nothing cached", not _scale_add_kernel._compiled)
     print(f"FAILURES {failures}")

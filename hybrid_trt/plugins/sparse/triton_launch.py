@@ -16,10 +16,19 @@ compiled kernel's launcher directly on the current stream. The key holds what
 Triton's own key holds once nothing is specialised, so a launch never reaches
 a kernel compiled for different types.
 
-Triton's own path is kept whenever the direct one would skip something: under
-the interpreter (``TRITON_INTERPRET=1``, the CPU tests), while a launch hook is
-set (profilers), and when the compiled kernel does not expose the launcher
-this was written against (``run``, ``function``, ``packed_metadata``).
+The key also holds the Triton settings that enter its compile options (debug,
+instrumentation, fp fusion, target override, a stages hook), read on every
+launch, so changing one compiles anew as Triton would.
+
+Triton's own path is kept whenever the direct one would skip something or
+could not key it exactly: under the interpreter (the CPU tests), while a launch
+hook (profilers) or a pre-run hook is set, for a callable grid, for an argument
+that is not a tensor, int, bool, float or None (Triton specialises tuple
+elements and keys constexpr values, functions and descriptors by content), and
+when the compiled kernel does not expose the launcher this was written against
+(``run``, ``function``, ``packed_metadata``). The direct path skips Triton's
+check that the globals a kernel read have not changed since it was compiled;
+the rulebook kernels read only constexpr globals.
 """
 
 from __future__ import annotations
@@ -27,6 +36,7 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import operator
 import os
 
 import torch
@@ -34,28 +44,44 @@ import triton
 
 _I32_LO, _I32_HI, _I64_HI = -(2**31), 2**31, 2**63
 _MISSING = object()
+_UNKEYED = object()  # an argument whose kind is not all Triton's signature takes from it
+_KEYED_TYPES = (bool, float, type(None))
 _log = logging.getLogger("hybrid_trt.sparse")
+_KNOBS = getattr(triton, "knobs", None)
+_HOOK_CHAIN = getattr(_KNOBS, "HookChain", None)
+# Settings Triton folds into a kernel's compile options (JITFunction.run, the backend's parse_options).
+_OPTION_KNOBS = {"runtime": ("debug", "override_arch", "add_stages_inspection_hook"),
+                 "compilation": ("instrumentation_mode",), "language": ("default_fp_fusion",)}
 
 
 def _kind(arg):
     """What Triton's signature takes from an unspecialised argument: a tensor's
-    dtype, an int's width (i32, i64, u64), else its type (bool, float, None)."""
+    dtype, an int's width (i32, i64, u64), a bool's, float's or None's type;
+    ``_UNKEYED`` for anything else."""
     kind = type(arg)
     if kind is int:
         return 0 if _I32_LO <= arg < _I32_HI else (1 if arg < _I64_HI else 2)
     if isinstance(arg, torch.Tensor):
         return arg.dtype
-    return kind
+    return kind if kind in _KEYED_TYPES else _UNKEYED
 
 
 def _hooked(hook) -> bool:
-    """A launch hook is set: a callable, or (triton >= 3.5) a HookChain with calls."""
-    return hook is not None and bool(getattr(hook, "calls", True))
+    """A launch hook is set: a HookChain (triton >= 3.5) with calls, or any other non-None value."""
+    if hook is None:
+        return False
+    return bool(hook.calls) if _HOOK_CHAIN is not None and isinstance(hook, _HOOK_CHAIN) else True
 
 
-def _runtime_knobs():
-    knobs = getattr(triton, "knobs", None)
-    return getattr(knobs, "runtime", None)
+def _option_reader():
+    """A function returning the current values of the compile-option settings this Triton has."""
+    getters = []
+    for namespace, names in _OPTION_KNOBS.items():
+        obj = getattr(_KNOBS, namespace, None)
+        present = [n for n in names if obj is not None and hasattr(obj, n)]
+        if present:
+            getters.append((obj, operator.attrgetter(*present)))
+    return lambda: tuple([get(obj) for obj, get in getters])
 
 
 class UnspecializedKernel:
@@ -72,30 +98,38 @@ class UnspecializedKernel:
         self.jit = triton.jit(fn, do_not_specialize=runtime, do_not_specialize_on_alignment=runtime)
         self._constexpr_names = tuple(p.name for p, c in zip(params, is_constexpr) if c)
         self._num_runtime = len(runtime)
-        self._knobs = _runtime_knobs()
-        interpret = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+        self._knobs = getattr(_KNOBS, "runtime", None)
+        interpret = (self._knobs.interpret if self._knobs is not None
+                     else os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"))
         self._direct = not interpret and self._knobs is not None
         if not self._direct and not interpret:
             _log.debug("%s: launched through Triton each time: triton.knobs.runtime is missing", fn.__name__)
-        self._compiled: dict = {}  # key -> (launcher, function, packed metadata, constexpr values) or None
+        self._options = _option_reader()
+        self._pre_run_hooks = getattr(self.jit, "pre_run_hooks", ())  # the list Triton appends to
+        # key -> (launcher, function, packed metadata, constexpr values, the compiled kernel, kept so that its
+        # module stays loaded) or None
+        self._compiled: dict = {}
         functools.update_wrapper(self, fn)
 
     def __getitem__(self, grid):
         return functools.partial(self._launch, grid)
 
     def _launch(self, grid, *args, **constexprs):
-        if not self._direct or _hooked(self._knobs.launch_enter_hook) or _hooked(self._knobs.launch_exit_hook):
+        knobs = self._knobs
+        kinds = tuple(map(_kind, args))
+        if (not self._direct or callable(grid) or _UNKEYED in kinds or self._pre_run_hooks
+                or _hooked(knobs.launch_enter_hook) or _hooked(knobs.launch_exit_hook)):
             self.jit[grid](*args, **constexprs)
             return
         device = torch.cuda.current_device()
-        key = (device, *constexprs.items(), *map(_kind, args))
+        key = (device, self._options(), *constexprs.items(), *kinds)
         entry = self._compiled.get(key, _MISSING)
         if entry is _MISSING:
             self._compiled[key] = self._first_launch(grid, args, constexprs)
         elif entry is None:
             self.jit[grid](*args, **constexprs)
         else:
-            run, function, metadata, tail = entry
+            run, function, metadata, tail, _ = entry
             g = (*grid, 1, 1)
             run(g[0], g[1], g[2], torch._C._cuda_getCurrentRawStream(device), function, metadata,
                 None, None, None, *args, *tail)
@@ -111,7 +145,7 @@ class UnspecializedKernel:
             run, function, metadata = compiled.run, compiled.function, compiled.packed_metadata
         except AttributeError as e:
             return self._through_triton(f"the compiled kernel has no launcher as expected ({e})")
-        return run, function, metadata, tuple(constexprs[name] for name in self._constexpr_names)
+        return run, function, metadata, tuple(constexprs[name] for name in self._constexpr_names), compiled
 
     def _through_triton(self, why: str) -> None:
         _log.debug("%s: launched through Triton each time: %s", self.__name__, why)
