@@ -94,3 +94,71 @@ def test_a_launch_hook_counts_only_when_set():
         assert not hooked(chain)
         chain.add(print)
         assert hooked(chain)
+
+
+class _FakeCompiled:
+    """Stands in for Triton's CompiledKernel: records the launcher's calls."""
+
+    def __init__(self, launches):
+        self.function, self.packed_metadata, self.launches = "function", "metadata", launches
+
+    def _init_handles(self):
+        pass
+
+    def run(self, *args):
+        self.launches.append(("direct", args))
+
+
+class _FakeJit:
+    """Stands in for the JITFunction: each ``[grid](...)`` is a launch through Triton."""
+
+    def __init__(self, launches):
+        self.launches = launches
+
+    def __getitem__(self, grid):
+        def launch(*args, **constexprs):
+            self.launches.append(("triton", grid, args, constexprs))
+            return _FakeCompiled(self.launches)
+        return launch
+
+
+def test_dispatch_first_launch_through_triton_then_direct(monkeypatch):
+    """The dispatch logic on a machine without a GPU: the device, the stream and the compiled kernel are
+    stand-ins (the real launcher is checked on a GPU by triton_launch_check.py)."""
+    def scale_kernel(x_ptr, n, SCALE: "tl.constexpr"):  # noqa: F821
+        pass
+
+    kernel = triton_launch.unspecialized_jit(scale_kernel)
+    if kernel._knobs is None:
+        pytest.skip("this triton has no knobs")
+    launches = []
+    kernel.jit, kernel._direct = _FakeJit(launches), True
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda device: 77, raising=False)
+    x = torch.zeros(4, dtype=torch.int32)
+
+    kernel[(3,)](x, 5, SCALE=2)
+    kernel[(4, 2)](x, 6, SCALE=2)          # same key: the compiled launcher, the grid padded to 3-D
+    kernel[(3,)](x, 5, SCALE=3)            # a new constexpr: through Triton
+    kernel[(3,)](x, 2**40, SCALE=2)        # an i64 int: through Triton
+    kernel[(3,)](x.long(), 5, SCALE=2)     # another dtype: through Triton
+    kernel[(3,)](x, (5, 6), SCALE=2)       # a tuple is not keyed: through Triton, every time
+    kernel[(3,)](x, (5, 6), SCALE=2)
+    kernel[lambda meta: (1,)](x, 5, SCALE=2)  # a callable grid: through Triton
+    assert [entry[0] for entry in launches] == ["triton", "direct", "triton", "triton", "triton", "triton",
+                                                 "triton", "triton"]
+    assert launches[1][1] == (4, 2, 1, 77, "function", "metadata", None, None, None, x, 6, 2)
+    assert len(kernel._compiled) == 4 and all(v is not None for v in kernel._compiled.values())
+
+    knobs = triton.knobs.runtime
+    monkeypatch.setattr(knobs, "debug", not knobs.debug)  # a compile setting: a new key
+    kernel[(3,)](x, 5, SCALE=2)
+    assert launches[-1][0] == "triton" and len(kernel._compiled) == 5
+    kernel._pre_run_hooks.append(print)  # a pre-run hook: through Triton
+    try:
+        kernel[(3,)](x, 5, SCALE=2)
+    finally:
+        kernel._pre_run_hooks.remove(print)
+    assert launches[-1][0] == "triton"
+    kernel[(3,)](x, 5, SCALE=2)
+    assert launches[-1][0] == "direct"

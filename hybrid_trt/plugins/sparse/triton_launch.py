@@ -99,8 +99,9 @@ class UnspecializedKernel:
         self._constexpr_names = tuple(p.name for p, c in zip(params, is_constexpr) if c)
         self._num_runtime = len(runtime)
         self._knobs = getattr(_KNOBS, "runtime", None)
-        interpret = (self._knobs.interpret if self._knobs is not None
-                     else os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"))
+        interpret = getattr(self._knobs, "interpret", None)
+        if interpret is None:  # a Triton without knobs: its own test of the variable
+            interpret = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
         self._direct = not interpret and self._knobs is not None
         if not self._direct and not interpret:
             _log.debug("%s: launched through Triton each time: triton.knobs.runtime is missing", fn.__name__)
