@@ -270,6 +270,23 @@ CASES: list[Case] = [
     _timm("tinynet_e"),
     _timm("inception_next_tiny"),
     _timm("caformer_s18"),
+    # the 2026-12-04 sweep (26 timm models none of the above covers; each matched eager, or eager's own output
+    # was all zeros, in a new-user harness on the 2-core CPU): GC ViT, DaViT, XCiT, CrossViT, MobileViTv2,
+    # EfficientNetV2, CoAtNet, EVA-02, FocalNet, MambaOut, EfficientViT-L, VOLO, MobileNetV4 hybrid, StarNet
+    _timm("gcvit_xxtiny", 224),
+    _timm("davit_tiny", 224),
+    _timm("xcit_nano_12_p16_224", 224),
+    _timm("crossvit_tiny_240", 240),
+    _timm("mobilevitv2_050", 256),
+    _timm("efficientnetv2_rw_t"),
+    _timm("coatnet_nano_rw_224", 224),
+    _timm("eva02_tiny_patch14_224", 224),
+    _timm("focalnet_tiny_srf", 224),
+    _timm("mambaout_femto"),
+    _timm("efficientvit_l1"),
+    _timm("volo_d1_224", 224),
+    _timm("mobilenetv4_hybrid_medium"),
+    _timm("starnet_s1"),
 ]
 CASES_BY_NAME = {c.name: c for c in CASES}
 

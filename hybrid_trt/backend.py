@@ -22,6 +22,7 @@ from .capture.attention import canonicalize_attention
 from .capture.sizes import sizes_from_inputs
 from .capture.preserve import INDUCTOR_DECOMPOSITIONS, preserve_ops
 from .capture import capture_decompositions, needs_gradients, weight_input_indices
+from .plugins.registry import activate_for as activate_plugins_for
 from .log import logger
 from .options import Options, make_options
 from .partitioner import partition_graph
@@ -72,6 +73,7 @@ def _compile(gm: fx.GraphModule, example_inputs, opts: Options, check_weights: b
 
 
 def _compile_graph(gm: fx.GraphModule, example_inputs, opts: Options, check_weights: bool, report: CompileReport):
+    activate_plugins_for(gm.graph)  # before the decomposition table and the graph key read the lowerings
     if needs_gradients(example_inputs):
         report.whole_graph_reason = "graph needs gradients (inputs require grad and grad mode is on)"
         logger.info("hybrid_trt: graph %d needs gradients; compiled by Inductor alone", report.graph_index)

@@ -19,6 +19,7 @@ import torch.fx as fx
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, OutputKind
 
+from ..plugins.registry import activate_for as activate_plugins_for
 from . import capture_decompositions
 
 
@@ -47,6 +48,7 @@ def capture_export(model: torch.nn.Module, args: tuple, kwargs: Optional[dict] =
     """torch.export ``model`` (non-strict, inference) and decompose it for the partitioner."""
     with torch.no_grad():
         program = torch.export.export(model, tuple(args), kwargs or {}, dynamic_shapes=dynamic_shapes, strict=False)
+        activate_plugins_for(program.graph)  # before the decomposition table reads the lowerings
         program = program.run_decompositions(export_decompositions())
     signature = program.graph_signature
     mutated = [s for s in signature.output_specs if s.kind not in (OutputKind.USER_OUTPUT,)]

@@ -1,0 +1,89 @@
+"""The plugin registry: families of custom ops that bring their own lowerings (and TensorRT plugins).
+
+A plugin has two halves. Its torch ops exist once its package is imported, which a model that uses them has
+done. What the backend adds for them (lowerings to the plugin's ONNX domain, the domain accepted by a
+delegate, TensorRT plugin creators) is registered by its activation module. This registry imports that
+module the first time a graph the backend or export is given calls one of the plugin's ops, never as a side
+effect of importing the plugin. So a process that imports a plugin compiles every other model exactly as
+before: the same lowerings, the same decompositions, the same engine keys.
+
+hybrid_trt's own plugins are declared below. Another package declares its plugin with ``register_plugin``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+
+import torch.fx as fx
+
+from ..log import logger
+
+
+@dataclasses.dataclass(frozen=True)
+class Plugin:
+    name: str
+    op_prefix: str  # qualified op names it owns start with this, e.g. "hybrid_trt::sparse_"
+    activation: str  # module whose import registers its lowerings (and TensorRT plugins)
+
+    def owns(self, target) -> bool:
+        return _qualified_name(target).startswith(self.op_prefix)
+
+
+_PLUGINS: dict[str, Plugin] = {
+    "sparse": Plugin("sparse", "hybrid_trt::sparse_", "hybrid_trt.plugins.sparse.activation"),
+}
+_ACTIVE: set[str] = set()
+
+
+def register_plugin(plugin: Plugin) -> Plugin:
+    """Declare ``plugin`` (activated when a graph first calls one of its ops)."""
+    known = _PLUGINS.get(plugin.name)
+    if known is not None and known != plugin:
+        raise ValueError(f"a plugin named {plugin.name!r} is already registered ({known}); choose another name")
+    _PLUGINS[plugin.name] = plugin
+    return plugin
+
+
+def plugins() -> tuple[Plugin, ...]:
+    return tuple(_PLUGINS.values())
+
+
+def active() -> frozenset[str]:
+    return frozenset(_ACTIVE)
+
+
+def activate(name: str) -> None:
+    """Register plugin ``name``'s lowerings now (idempotent)."""
+    if name in _ACTIVE:
+        return
+    plugin = _PLUGINS.get(name)
+    if plugin is None:
+        raise KeyError(f"no plugin named {name!r}; registered: {sorted(_PLUGINS)}")
+    importlib.import_module(plugin.activation)
+    _ACTIVE.add(name)
+    logger.debug("hybrid_trt: plugin %r activated (%s)", name, plugin.activation)
+
+
+def activate_for(graph: fx.Graph) -> tuple[str, ...]:
+    """Activate every plugin whose ops ``graph`` calls; returns the names activated now."""
+    waiting = [p for p in _PLUGINS.values() if p.name not in _ACTIVE]
+    if not waiting:
+        return ()
+    now = []
+    for node in graph.nodes:
+        if node.op != "call_function":
+            continue
+        for plugin in waiting:
+            if plugin.name not in _ACTIVE and plugin.owns(node.target):
+                activate(plugin.name)
+                now.append(plugin.name)
+    return tuple(now)
+
+
+def _qualified_name(target) -> str:
+    """``namespace::name`` of an op overload or packet; "" for anything else (Python functions, builtins)."""
+    name = getattr(target, "_qualified_op_name", None)  # OpOverloadPacket
+    if name is None:
+        schema = getattr(target, "_schema", None)  # OpOverload
+        name = getattr(schema, "name", None)
+    return name if isinstance(name, str) else ""
