@@ -291,12 +291,30 @@ CASES: list[Case] = [
 CASES_BY_NAME = {c.name: c for c in CASES}
 
 # Short notes for rows whose numbers need context beyond the report (filled in from what runs showed).
-NOTES: dict[str, str] = {
-    "tv_raft_small": "CPU: ONNX Runtime's own kernels are the cost (profile of the partition, 1 thread, at 4d954a6: "
+# Explanations written by hand for rows the verdict cannot explain itself, by (device, model): kept in the script so
+# that --update, which re-renders the table from the JSON rows, keeps them.
+NOTES: dict[tuple[str, str], str] = {
+    ("cpu", "tv_raft_small"): "CPU: ONNX Runtime's own kernels are the cost (profile of the partition, 1 thread, at 4d954a6: "
                      "GridSample 265 us per call against 42 us for eager's grid_sampler_2d, 48 calls; the broadcast "
                      "Add [256,1,1,2] + [1,7,7,2] of the lookup windows, 44 calls, 8.6 ms against ~1.7 ms); "
                      "placement='measured' did not move it (run at 4d954a6: delegate 114 ms, Inductor 132 ms per "
                      "call by its wall timing, both higher than this table's interleaved timing)",
+    ("cpu", "tv_maxvit_t"): (
+        'CPU, session 13, by hand: fully delegated, hybrid_trt runs within 1-4% of Inductor in each run '
+        '(1.03x here, 1.04x at db3f617); eager moves between 90 and 130 ms from run to run on this shared '
+        '2-core machine. Re-run alone at db3f617 (`--models tv_maxvit_t --latency-s 8`): eager 129.8, '
+        'Inductor 90.0, hybrid 92.9 ms, status ok'),
+    ("cpu", "timm_tiny_vit_5m_224"): (
+        "CPU, session 12, by hand: ONNX Runtime's CPU kernels run this graph slower than Inductor's "
+        '(placement measured 27.0 against 24.0 ms); `placement="measured"` moves it to Inductor: eager '
+        '30.5, Inductor 21.9, hybrid 29.5, hybrid measured 23.2 ms (15 interleaved rounds). The CPU '
+        'default delegates without timing (conformance_cpu_2core_placement.md says why)'),
+    ("cpu", "timm_volo_d1_224"): (
+        'CPU, session 14, by hand: its three outlook-attention partitions run 7.4-7.5 ms per call in ONNX '
+        "Runtime against 2.6-2.7 ms for Inductor's compile of them (placement measured); with "
+        "placement='measured' they stay on Inductor and the model runs at 0.89x eager and 1.06x Inductor, "
+        'status ok (HYBRID_TRT_PLACEMENT=measured, same machine, session 14). The CPU default times '
+        "nothing (README, 'Measured placement')"),
 }
 
 
@@ -865,8 +883,8 @@ def verdict(row: dict) -> tuple[str, str]:
         notes.append(f"slower than eager and Inductor: {row['delegated_ops']}/{row['total_ops']} ops delegated in "
                      f"{row['partitions']} partition(s) over {row['graphs']} graph(s); rest: {top}")
         status = "slow" if status == "ok" else status
-    if row["model"] in NOTES:
-        notes.append(NOTES[row["model"]])
+    if (row.get("device"), row["model"]) in NOTES:
+        notes.append(NOTES[(row.get("device"), row["model"])])
     return status, "; ".join(notes)
 
 
