@@ -33,6 +33,7 @@ _PLUGINS: dict[str, Plugin] = {
     "sparse": Plugin("sparse", "hybrid_trt::sparse_", "hybrid_trt.plugins.sparse.activation"),
 }
 _ACTIVE: set[str] = set()
+_FAILED: set[str] = set()  # activation raised; reported once
 
 
 def register_plugin(plugin: Plugin) -> Plugin:
@@ -65,8 +66,10 @@ def activate(name: str) -> None:
 
 
 def activate_for(graph: fx.Graph) -> tuple[str, ...]:
-    """Activate every plugin whose ops ``graph`` calls; returns the names activated now."""
-    waiting = [p for p in _PLUGINS.values() if p.name not in _ACTIVE]
+    """Activate every plugin whose ops ``graph`` calls; returns the names activated now. A plugin whose
+    activation fails is reported once and not tried again: its ops stay with Inductor, which runs their torch
+    implementations, so the compile goes on."""
+    waiting = [p for p in _PLUGINS.values() if p.name not in _ACTIVE and p.name not in _FAILED]
     if not waiting:
         return ()
     now = []
@@ -74,9 +77,16 @@ def activate_for(graph: fx.Graph) -> tuple[str, ...]:
         if node.op != "call_function":
             continue
         for plugin in waiting:
-            if plugin.name not in _ACTIVE and plugin.owns(node.target):
+            if plugin.name in _ACTIVE or plugin.name in _FAILED or not plugin.owns(node.target):
+                continue
+            try:
                 activate(plugin.name)
-                now.append(plugin.name)
+            except Exception as e:  # noqa: BLE001 - a broken plugin must not fail the compile
+                _FAILED.add(plugin.name)
+                logger.warning("hybrid_trt: plugin %r could not be activated (%s: %s); its ops run in Inductor. "
+                               "Fix or reinstall the plugin to delegate them.", plugin.name, type(e).__name__, e)
+                continue
+            now.append(plugin.name)
     return tuple(now)
 
 

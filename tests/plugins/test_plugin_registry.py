@@ -104,3 +104,29 @@ def test_qualified_names_of_overloads_and_packets():
     assert registry._qualified_name(torch.ops.aten.relu.default) == "aten::relu"
     assert registry._qualified_name(torch.ops.aten.relu) == "aten::relu"
     assert registry._qualified_name(max) == "" and registry._qualified_name("x") == ""
+
+
+def test_a_plugin_whose_activation_fails_is_reported_once_and_the_compile_goes_on(tmp_path, monkeypatch, caplog):
+    lib = torch.library.Library("htrt_registry_broken", "DEF")
+    lib.define("triple(Tensor x) -> Tensor")
+    lib.impl("triple", lambda x: x * 3, "CompositeExplicitAutograd")
+    (tmp_path / "htrt_registry_broken_activation.py").write_text("raise ImportError('libfoo.so not found')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    registry.register_plugin(registry.Plugin("registry-broken", "htrt_registry_broken::",
+                                             "htrt_registry_broken_activation"))
+    try:
+        def f(x):
+            return torch.ops.htrt_registry_broken.triple(x) + 1
+
+        x = torch.randn(4)
+        with caplog.at_level("WARNING", logger="hybrid_trt"):
+            out = torch.compile(f, backend="hybrid_trt")(x)
+            torch._dynamo.reset()
+            torch.compile(f, backend="hybrid_trt")(x)
+        assert torch.equal(out, x * 3 + 1)
+        warnings = [r for r in caplog.records if "registry-broken" in r.getMessage()]
+        assert len(warnings) == 1 and "libfoo.so not found" in warnings[0].getMessage()
+        assert "registry-broken" not in registry.active()
+    finally:
+        registry._PLUGINS.pop("registry-broken", None)
+        registry._FAILED.discard("registry-broken")
