@@ -249,6 +249,9 @@ def test_package_records_its_custom_ops_and_load_says_which_module_to_import(pac
     sparse = [op for op in pkg.open_package(packages["lidar"]).manifest["custom_ops"]
               if op["op"].startswith("hybrid_trt::sparse_")]
     assert sparse and all(op["module"].startswith("hybrid_trt.plugins.sparse") for op in sparse), sparse
+    # The plugins the graph called are recorded too; load activates them before loading any engine.
+    assert pkg.open_package(packages["lidar"]).manifest["plugins"] == ["sparse"]
+    assert pkg.open_package(packages["detector"]).manifest["plugins"] == []
     code = r"""
 import sys, torch, hybrid_trt
 from hybrid_trt.export.package import PackageError
@@ -257,14 +260,15 @@ try:
     print("LOADED")
 except PackageError as e:
     print("ERROR", e.exit_code, e)
-hybrid_trt.load(sys.argv[2])  # imports the sparse plugin itself
-print("LIDAR", "hybrid_trt.plugins.sparse" in sys.modules)
+hybrid_trt.load(sys.argv[2])  # imports the sparse plugin itself and activates it
+from hybrid_trt.plugins import registry
+print("LIDAR", "hybrid_trt.plugins.sparse" in sys.modules, sorted(registry.active()))
 """
     done = _run(["-c", code, str(packages["detector"]), str(packages["lidar"])])
     assert done.returncode == 0, done.stderr[-3000:]
     assert "ERROR 6 " in done.stdout and "export_test::shuffle (defined in module export_models)" in done.stdout \
         and "import export_models" in done.stdout, done.stdout
-    assert "LIDAR True" in done.stdout, done.stdout
+    assert "LIDAR True ['sparse']" in done.stdout, done.stdout
     refused = _run(["-m", "hybrid_trt.export.cli", "verify", str(packages["detector"])])
     assert refused.returncode == 6 and "FAIL  environment" in refused.stdout and "--import" in refused.stdout, \
         refused.stdout

@@ -31,6 +31,7 @@ import torch.utils._pytree as pytree
 from ..engines import ranges as _ranges
 from ..engines.op import run_surfacing_failures
 from ..log import logger
+from ..plugins import registry as plugin_registry
 from . import custom_ops
 from . import package as pkg
 from .input_dims import DimCheck, describe as describe_dims, finite
@@ -138,6 +139,7 @@ def export(model: torch.nn.Module, example_inputs, *, dynamic_shapes=None, shape
         manifest = _manifest(capture, cases, names, opts, report, partitions, references, runtimes, rtol, atol,
                              time.perf_counter() - t_start)
         manifest["custom_ops"] = custom_ops.used(program.graph_module.graph)
+        manifest["plugins"] = list(plugin_registry.callers_of(program.graph_module.graph))
         _prune_store(store_root, partitions)
         manifest["files"] = pkg.file_table(staging)
         pkg.write_manifest(staging, manifest)
@@ -650,6 +652,13 @@ def load(path, *, device=None) -> DeployedModel:
     device = _load_device(manifest, device)
     store = EngineStore(package.engine_root, _NO_EVICTION, read_only=True)
     policy = Policy(strict=True, max_engines=0, deploy=True)
+    for name in manifest.get("plugins", []):  # before the engines: a TensorRT engine may hold its plugin nodes
+        try:
+            plugin_registry.activate(name)
+        except Exception as e:  # noqa: BLE001 - unknown name, or its activation fails here
+            raise PackageError(f"hybrid_trt package {package.source}: it uses the {name!r} plugin, which does not "
+                               f"activate here ({type(e).__name__}: {e}). Install the hybrid_trt version it was "
+                               "exported with.", "environment") from e
     runtimes = []
     for part in manifest["partitions"]:
         runtime = load_runtime(part["key"], store, device, policy, name=part["name"])

@@ -65,6 +65,13 @@ def activate(name: str) -> None:
     logger.debug("hybrid_trt: plugin %r activated (%s)", name, plugin.activation)
 
 
+def callers_of(graph: fx.Graph) -> tuple[str, ...]:
+    """Names of the registered plugins whose ops ``graph`` calls (an exported package records them, so that
+    loading it activates them before any engine, which may hold their TensorRT plugin nodes, is loaded)."""
+    targets = {node.target for node in graph.nodes if node.op == "call_function"}
+    return tuple(p.name for p in _PLUGINS.values() if any(p.owns(t) for t in targets))
+
+
 def activate_for(graph: fx.Graph) -> tuple[str, ...]:
     """Activate every plugin whose ops ``graph`` calls; returns the names activated now. A plugin whose
     activation fails is reported once and not tried again: its ops stay with Inductor, which runs their torch

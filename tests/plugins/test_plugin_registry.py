@@ -130,3 +130,15 @@ def test_a_plugin_whose_activation_fails_is_reported_once_and_the_compile_goes_o
     finally:
         registry._PLUGINS.pop("registry-broken", None)
         registry._FAILED.discard("registry-broken")
+
+
+def test_callers_of_names_the_plugins_a_graph_calls():
+    graph = fx.Graph()
+    x = graph.placeholder("x")
+    graph.output(graph.call_function(torch.ops.aten.relu.default, (x,)))
+    assert registry.callers_of(graph) == ()
+    import hybrid_trt.plugins.sparse  # noqa: F401  (defines the ops)
+    graph = fx.Graph()
+    nbr = graph.placeholder("nbr")
+    graph.output(graph.call_function(torch.ops.hybrid_trt.sparse_rulebook_order.default, (nbr,)))
+    assert registry.callers_of(graph) == ("sparse",)
