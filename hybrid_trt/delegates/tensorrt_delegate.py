@@ -148,6 +148,10 @@ class TensorRTDelegate(Delegate):
 
     def load(self, files: Mapping[str, bytes], output_metas, device, delegate_options) -> Engine:
         trt = _trt()
+        # The plan may hold any plugin's nodes (the sparse rulebook plugins exist only in Python): their creators
+        # must be registered before it is deserialised, whatever this process has compiled so far.
+        from ..plugins.registry import activate_all
+        activate_all()
         engine = trt.Runtime(trt.Logger(trt.Logger.WARNING)).deserialize_cuda_engine(files["plan"])
         if engine is None:
             raise RuntimeError("TensorRT could not deserialize the stored engine (built by another version?)")

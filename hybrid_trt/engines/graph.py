@@ -7,7 +7,7 @@ not bake weights in; hybrid_trt's engines do). The backend therefore compiles un
 cache keys (``FxGraphHashDetails.cache_key_tag``). It names hybrid_trt and holds
 
 - the graph key: a hash of the captured graph's code, its input specs, the weights by content, the options that
-  change what is compiled, the lowerings registered (plugins add some), hybrid_trt's own source files and
+  change what is compiled, the lowerings registered (those of plugins the graph calls, not of others), hybrid_trt's own source files and
   each delegate's environment;
 - a salt stored in the graph's manifest. A stored compiled graph calls engines by key; if any of them left the
   engine store (evicted, deleted, corrupt), the manifest is incomplete, a new salt is drawn, and Inductor's
@@ -46,6 +46,7 @@ def graph_key(gm: fx.GraphModule, example_inputs, weights: dict, options) -> str
     """Hash of everything that decides the hybrid compile of ``gm`` (see the module doc)."""
     from .. import __version__
     from ..lowerings.registry import registered_targets
+    from ..plugins.registry import foreign_targets
     device = next((x.device for x in example_inputs if isinstance(x, torch.Tensor)), torch.device("cpu"))
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     header = {
@@ -53,7 +54,8 @@ def graph_key(gm: fx.GraphModule, example_inputs, weights: dict, options) -> str
         "inputs": [_spec(n.meta.get("example_value", n.meta.get("val"))) for n in placeholders],
         "example_inputs": [_spec(x) for x in example_inputs],
         "options": options.compiled_fields(), "delegates": options.resolved_delegates(),
-        "lowerings": sorted(str(t) for t in registered_targets()), "source": package_source_hash(),
+        "lowerings": sorted(str(t) for t in registered_targets() - foreign_targets(gm.graph)),
+        "source": package_source_hash(),
         "environments": {name: environment(name, device) for name in options.resolved_delegates()},
     }
     h = hashlib.sha256(json.dumps(header, sort_keys=True, default=str).encode())

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import threading
 
 import torch.fx as fx
 
@@ -34,6 +35,7 @@ _PLUGINS: dict[str, Plugin] = {
 }
 _ACTIVE: set[str] = set()
 _FAILED: set[str] = set()  # activation raised; reported once
+_LOCK = threading.RLock()  # a compile reading the lowerings never sees a plugin half registered
 
 
 def register_plugin(plugin: Plugin) -> Plugin:
@@ -55,46 +57,76 @@ def active() -> frozenset[str]:
 
 def activate(name: str) -> None:
     """Register plugin ``name``'s lowerings now (idempotent)."""
-    if name in _ACTIVE:
-        return
-    plugin = _PLUGINS.get(name)
-    if plugin is None:
-        raise KeyError(f"no plugin named {name!r}; registered: {sorted(_PLUGINS)}")
-    importlib.import_module(plugin.activation)
-    _ACTIVE.add(name)
+    with _LOCK:
+        if name in _ACTIVE:
+            return
+        plugin = _PLUGINS.get(name)
+        if plugin is None:
+            raise KeyError(f"no plugin named {name!r}; registered: {sorted(_PLUGINS)}")
+        importlib.import_module(plugin.activation)
+        _ACTIVE.add(name)
     logger.debug("hybrid_trt: plugin %r activated (%s)", name, plugin.activation)
 
 
+def activate_all() -> None:
+    """Activate every registered plugin that activates here (a failure is reported once, as in
+    ``activate_for``). Called before a TensorRT engine is deserialised: it may hold any plugin's nodes, and
+    TensorRT finds their creators only if registered first."""
+    for plugin in list(_PLUGINS.values()):
+        _activate_or_report(plugin)
+
+
 def callers_of(graph: fx.Graph) -> tuple[str, ...]:
-    """Names of the registered plugins whose ops ``graph`` calls (an exported package records them, so that
-    loading it activates them before any engine, which may hold their TensorRT plugin nodes, is loaded)."""
-    targets = {node.target for node in graph.nodes if node.op == "call_function"}
+    """Names of the registered plugins whose ops ``graph`` (or a subgraph of its module) calls. An exported
+    package records them, so that loading it activates them before loading any engine."""
+    targets = {node.target for node in _call_nodes(graph)}
     return tuple(p.name for p in _PLUGINS.values() if any(p.owns(t) for t in targets))
 
 
 def activate_for(graph: fx.Graph) -> tuple[str, ...]:
-    """Activate every plugin whose ops ``graph`` calls; returns the names activated now. A plugin whose
-    activation fails is reported once and not tried again: its ops stay with Inductor, which runs their torch
-    implementations, so the compile goes on."""
-    waiting = [p for p in _PLUGINS.values() if p.name not in _ACTIVE and p.name not in _FAILED]
-    if not waiting:
+    """Activate every plugin whose ops ``graph`` (or a subgraph of its module: checkpointed or ``cond``
+    bodies) calls; returns the names activated now. A plugin whose activation fails is reported once and not
+    tried again: its ops stay with Inductor, which runs their torch implementations, so the compile goes on."""
+    if all(p.name in _ACTIVE or p.name in _FAILED for p in _PLUGINS.values()):
         return ()
     now = []
-    for node in graph.nodes:
-        if node.op != "call_function":
-            continue
-        for plugin in waiting:
-            if plugin.name in _ACTIVE or plugin.name in _FAILED or not plugin.owns(node.target):
-                continue
-            try:
-                activate(plugin.name)
-            except Exception as e:  # noqa: BLE001 - a broken plugin must not fail the compile
-                _FAILED.add(plugin.name)
-                logger.warning("hybrid_trt: plugin %r could not be activated (%s: %s); its ops run in Inductor. "
-                               "Fix or reinstall the plugin to delegate them.", plugin.name, type(e).__name__, e)
-                continue
-            now.append(plugin.name)
+    for name in callers_of(graph):
+        if name not in _ACTIVE and name not in _FAILED and _activate_or_report(_PLUGINS[name]):
+            now.append(name)
     return tuple(now)
+
+
+def foreign_targets(graph: fx.Graph) -> frozenset:
+    """The lowered targets that belong to plugins ``graph`` does not call: the graph key leaves them out, so
+    that a plugin activated by another model in this process does not change this model's key."""
+    called = set(callers_of(graph))
+    others = [p for p in _PLUGINS.values() if p.name not in called]
+    from ..lowerings.registry import registered_targets
+    return frozenset(t for t in registered_targets() if any(p.owns(t) for p in others))
+
+
+def _activate_or_report(plugin: Plugin) -> bool:
+    if plugin.name in _FAILED:
+        return False
+    try:
+        activate(plugin.name)
+    except Exception as e:  # noqa: BLE001 - a broken plugin must not fail the compile
+        _FAILED.add(plugin.name)
+        logger.warning("hybrid_trt: plugin %r could not be activated (%s: %s); its ops run in Inductor. "
+                       "Fix or reinstall the plugin to delegate them.", plugin.name, type(e).__name__, e)
+        return False
+    return True
+
+
+def _call_nodes(graph: fx.Graph):
+    """The call_function nodes of ``graph`` and of every graph module under the module that owns it."""
+    owner = getattr(graph, "owning_module", None)
+    graphs = [graph] + ([m.graph for m in owner.modules() if isinstance(m, fx.GraphModule) and m.graph is not graph]
+                        if owner is not None else [])
+    for g in graphs:
+        for node in g.nodes:
+            if node.op == "call_function":
+                yield node
 
 
 def _qualified_name(target) -> str:

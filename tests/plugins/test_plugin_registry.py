@@ -60,12 +60,19 @@ def test_compiling_a_sparse_model_activates_the_plugin():
         with torch.no_grad():
             expected = net(feats, coords)
             out = torch.compile(net, backend="hybrid_trt")(feats, coords)
+        import hybrid_trt
         sparse = sorted(str(t) for t in registered_targets() if "sparse_" in str(t))
+        reasons = sorted({op.reason for op in hybrid_trt.last_report().inductor_ops if "sparse_" in op.op})
         print("active", sorted(registry.active()), "sparse lowerings", len(sparse),
               "match", torch.allclose(out, expected, atol=1e-5))
+        print("REASONS", reasons)
     """)
     assert "active ['sparse']" in out and "match True" in out
     assert "sparse lowerings 0" not in out
+    # Activated before partitioning: the ops were judged with their lowerings (left to Inductor because only the
+    # TensorRT delegate takes their domain), not as ops without one.
+    reasons = out.split("REASONS", 1)[1]
+    assert "no lowering" not in reasons and "hybrid_trt.sparse" in reasons, reasons
 
 
 def test_a_declared_plugin_activates_once_for_a_graph_that_calls_its_op(tmp_path, monkeypatch):
@@ -142,3 +149,34 @@ def test_callers_of_names_the_plugins_a_graph_calls():
     nbr = graph.placeholder("nbr")
     graph.output(graph.call_function(torch.ops.hybrid_trt.sparse_rulebook_order.default, (nbr,)))
     assert registry.callers_of(graph) == ("sparse",)
+
+
+def test_ops_in_a_subgraph_of_the_module_are_found():
+    """Checkpointed or ``cond`` bodies are submodules the top-level graph reaches through ``get_attr``."""
+    import hybrid_trt.plugins.sparse  # noqa: F401  (defines the ops)
+    body = fx.Graph()
+    nbr = body.placeholder("nbr")
+    body.output(body.call_function(torch.ops.hybrid_trt.sparse_rulebook_order.default, (nbr,)))
+    root = torch.nn.Module()
+    root.body = fx.GraphModule(torch.nn.Module(), body)
+    top = fx.Graph()
+    x = top.placeholder("x")
+    top.output(top.call_function(torch.ops.aten.relu.default, (top.get_attr("body"), x)))
+    parent = fx.GraphModule(root, top)
+    assert registry.callers_of(parent.graph) == ("sparse",)
+
+
+def test_another_plugins_lowerings_stay_out_of_a_graphs_key():
+    out = _run("""
+        import torch, torch.fx as fx
+        from hybrid_trt.lowerings import registered_targets
+        from hybrid_trt.plugins import registry
+        g = fx.Graph()
+        x = g.placeholder("x")
+        g.output(g.call_function(torch.ops.aten.relu.default, (x,)))
+        before = registered_targets() - registry.foreign_targets(g)
+        registry.activate("sparse")  # as compiling a LiDAR model in this process would
+        after = registered_targets() - registry.foreign_targets(g)
+        print("grew", len(registered_targets()) > len(before), "same key lowerings", before == after)
+    """)
+    assert "grew True same key lowerings True" in out

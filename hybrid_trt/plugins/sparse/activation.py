@@ -5,9 +5,11 @@ the plugin registry (hybrid_trt/plugins/registry.py) when a graph first calls a 
 import importlib.util
 
 from ...log import logger
-from . import lowering  # noqa: F401  (its @lowering functions register themselves)
 
+# TensorRT's plugins first: if importing TensorRT fails, nothing is registered (no lowering whose nodes TensorRT
+# would then be unable to parse). trt_plugin imports the lowerings itself.
 if importlib.util.find_spec("tensorrt") is not None:
     from . import trt_plugin  # noqa: F401
 else:
     logger.debug("tensorrt not installed: sparse TensorRT plugins not registered")
+from . import lowering  # noqa: F401,E402  (its @lowering functions register themselves)
