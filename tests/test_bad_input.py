@@ -328,6 +328,100 @@ def test_outputs_that_view_each_other_share_memory_as_in_eager():
     assert_close(out[2], out[0].flatten(1).t(), what="a view of the view")
 
 
+
+def _report_since(before: int):
+    reports = hybrid_trt.reports()[before:]
+    assert len(reports) == 1, [r.table() for r in reports]
+    return reports[0]
+
+
+def _assert_views_like_eager(out, ref):
+    """Values, strides and offsets as in eager, and every output after the first in the first one's storage."""
+    assert_close(out, ref)
+    for i, (o, r) in enumerate(zip(out, ref)):
+        assert (o.stride(), o.storage_offset()) == (r.stride(), r.storage_offset()), f"output {i}"
+        if i:
+            assert o.untyped_storage().data_ptr() == out[0].untyped_storage().data_ptr(), f"output {i} is no view"
+
+
+@pytest.mark.parametrize("split", [
+    pytest.param(lambda y: y.split(4, 1), id="split"),
+    pytest.param(lambda y: y.unbind(1), id="unbind"),
+    pytest.param(lambda y: y.chunk(2, 1), id="chunk"),
+])
+def test_pieces_of_a_split_returned_with_their_base_are_views_as_in_eager(split):
+    """``return y, *y.split(4, 1)``: eager's pieces are views of ``y``. The delegate returned them as buffers of
+    their own; the split (with the getitems that unpack it) now stays with Inductor, which makes them views of
+    the delegate's ``y``, and ``y`` itself stays delegated."""
+    conv = _model(ConvNet).c1
+
+    def fn(x):
+        y = torch.relu(conv(x))
+        return (y, *split(y))
+
+    x = torch.randn(2, 3, 4, 4)
+    before = len(hybrid_trt.reports())
+    with torch.no_grad():
+        ref = fn(x)
+        out = torch.compile(fn, backend="hybrid_trt", options={"min_block_size": 1})(x)
+    _assert_views_like_eager(out, ref)
+    report = _report_since(before)
+    assert [sorted(p.ops) for p in report.partitions] == [["aten.convolution.default", "aten.relu.default"]]
+    assert [op.reason for op in report.inductor_ops] == \
+        ["onnxruntime: a view returned with the tensor it views; Inductor keeps it a view of that output"]
+
+
+@pytest.mark.parametrize("use", [
+    pytest.param(lambda y: y.split(2, 1), id="returned_split"),
+    pytest.param(lambda y: torch.as_strided(y.unbind(1)[0], (2, 4), (1, 2)), id="storage_read_of_an_unbind_item"),
+])
+def test_traced_strides_are_kept_through_the_items_of_a_split(use):
+    """A delegate output that reaches the graph's output or a storage reader only through the items of a view
+    list (split, unbind) gets its traced strides back too (the items were not followed)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from hybrid_trt.stitch.layout import keep_traced_strides
+
+    gm = make_fx(lambda x: use(torch.relu(x.permute(0, 2, 3, 1))), tracing_mode="fake")(torch.randn(2, 4, 4, 4))
+    relu = next(n for n in gm.graph.nodes if n.target is torch.ops.aten.relu.default)
+    assert not relu.meta["val"].is_contiguous()
+    assert keep_traced_strides(gm, [relu.args[0], relu], [relu]) == 1
+
+
+def _expanded_read_through_storage(lin):
+    def fn(x):
+        y = torch.relu(lin(x))[:, None].expand(4, 3, 8)  # stride 0 in dim 1
+        return torch.as_strided(y, (4, 2, 8), (8, 0, 1)), torch.as_strided(y.transpose(1, 2), (4, 8, 2), (8, 1, 0)) * 2
+    return fn
+
+
+@pytest.mark.parametrize("inductor", ["compiles", "fails"])
+def test_storage_read_of_an_expanded_delegate_output_matches_eager(inductor, monkeypatch):
+    """``as_strided`` of ``y.expand(...)``: the delegate's output got its traced strides back with
+    ``copy_strided``, which cannot write an expand's stride 0, so the graph failed at run time wherever the
+    stitched graph runs without Inductor (the last step of the fallback ladder). The expand (and the transpose
+    after it) now stay with Inductor, which makes them views of the delegate's dense output."""
+    if inductor == "fails":
+        import hybrid_trt.backend as backend
+
+        def failing(*args, **kwargs):
+            raise RuntimeError("injected Inductor failure")
+        monkeypatch.setattr(backend, "compile_fx_inner", failing)
+    torch.manual_seed(0)
+    fn = _expanded_read_through_storage(nn.Linear(8, 8).eval())
+    x = torch.randn(4, 8)
+    before = len(hybrid_trt.reports())
+    with torch.no_grad():
+        ref = fn(x)
+        out = torch.compile(fn, backend="hybrid_trt", options={"min_block_size": 1})(x)
+    assert_close(out, ref)
+    assert [o.stride() for o in out] == [r.stride() for r in ref]
+    report = _report_since(before)
+    assert report.delegated_op_count > 0
+    left = {op.op: op.reason for op in report.inductor_ops}
+    assert "its storage is read" in left["aten.expand.default"], left
+    assert "aten.unsqueeze.default" not in left, "the view the expand is made of needs no storage of its own"
+
+
 # -- concurrency and grad modes -----------------------------------------------------------------------------------
 @pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
 def test_two_threads_share_one_compiled_model(dynamic, hybrid_logs):

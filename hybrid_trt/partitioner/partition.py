@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import operator
 from typing import Sequence
 
 import torch
 import torch.fx as fx
 
+from ..stitch.layout import reads_storage, restridable
 from .capability import NodeKind, classify, node_device, unsupported_reason
 
 
@@ -91,6 +93,7 @@ def partition_graph(graph: fx.Graph, delegates: Sequence, min_block_size: int,
         _merge_independent(mine, owner, members, index, nodes)
         _release_constant_outputs(mine, owner, members, index, constant, reasons, delegate.name)
         _release_returned_views(mine, owner, members, index, reasons, delegate.name)
+        _release_storage_read_views(mine, owner, members, index, reasons, delegate.name)
         for pid in list(mine):
             ops = sum(1 for m in members[pid] if kinds[m] is NodeKind.OP)
             if ops < min_block_size or ops == 0:
@@ -150,31 +153,88 @@ def _release_constant_outputs(mine: list[int], owner, members, index, constant: 
 
 def _release_returned_views(mine: list[int], owner, members, index, reasons, delegate: str) -> None:
     """Hand back to Inductor a view the graph returns together with the tensor it views (``return y,
-    y.flatten(1)``), where it would be a partition output of its own. In eager the two share memory (an in-place
-    change to one shows in the other); a delegate returns every output in a buffer of its own, and Inductor
-    makes the view a view of the delegate's output again. Only views none of whose users are in the partition
-    leave it, so no cycle can form; reverse topological order releases the views a released view is made from."""
+    y.flatten(1)``, ``return y, *y.split(4, 1)``), where it would be a partition output of its own. In eager the
+    two share memory (an in-place change to one shows in the other); a delegate returns every output in a buffer
+    of its own, and Inductor makes the view a view of the delegate's output again. A view-list op (split, unbind)
+    leaves with its getitems, as one unit: an op stays with the partition that unpacks it. Only units none of
+    whose users are in the partition leave it, so no cycle can form; reverse topological order releases the
+    views a released view is made from."""
     reason = f"{delegate}: a view returned with the tensor it views; Inductor keeps it a view of that output"
     for pid in mine:
         body = members[pid]
         body.sort(key=index.__getitem__)
-        kept, released = [], set()
-        for m in reversed(body):
+        released: set = set()
+        for m in reversed(body):  # a getitem comes after its op, so its users are decided before the op
+            if m in released or not _is_view(m):
+                continue
+            unit = _with_items(m)
             # Returned, or viewed only by views released here (y.flatten(1).t(): the flatten goes with the t).
-            wanted = _returned(m) or (m.users and all(u in released for u in m.users))
-            if wanted and _is_view(m) and all(owner.get(u) != pid for u in m.users) \
-                    and _returns_its_base(m, owner, pid):
-                del owner[m]
-                reasons[m].append(reason)
-                released.add(m)
-            else:
-                kept.append(m)
-        body[:] = kept[::-1]
+            wanted = any(_returned(v) or (v.users and all(u in released for u in v.users)) for v in unit)
+            outside = all(owner.get(u) != pid or u in unit for v in unit for u in v.users)
+            if wanted and outside and _returns_its_base(m, owner, pid):
+                for v in unit:
+                    del owner[v]
+                    if v in reasons:
+                        reasons[v].append(reason)
+                released.update(unit)
+        body[:] = [m for m in body if m not in released]
+
+
+def _release_storage_read_views(mine: list[int], owner, members, index, reasons, delegate: str) -> None:
+    """Hand back to Inductor a partition output whose storage a reader outside reads (``as_strided``, ``unfold``
+    of ``x.expand(...)``) where a fresh buffer cannot have its traced layout (stitch/layout.py, ``restridable``):
+    an expand's stride 0 (``copy_strided`` cannot write it, so the call failed at run time), a slice's gaps or
+    offset (they hold its base's elements). Without it the delegate returns the base, and Inductor makes the view
+    of that, sharing its storage as eager does. A released node's users in the partition leave too (else a
+    cycle), as do the views it is made from that the partition then outputs only to be read the same way."""
+    read = f"{delegate}: its storage is read (as_strided) with strides a delegate output cannot have; " \
+           "Inductor makes it a view of the delegate's output"
+    follows = f"{delegate}: uses a view left to Inductor because its storage is read"
+    for pid in mine:
+        body = members[pid]
+        body.sort(key=index.__getitem__)
+        released: dict = {}
+        changed = True
+        while changed:  # a release can make a view it is made from an output read the same way
+            changed = False
+            for m in body:
+                if m in released:
+                    continue
+                outside = [u for u in m.users if owner.get(u) != pid or u in released]
+                if any(i in released for i in m.all_input_nodes):
+                    released[m], changed = follows, True
+                elif _unrestridable(m) and reads_storage(outside):
+                    released[m], changed = read, True
+        for m, why in released.items():
+            del owner[m]
+            if m in reasons:
+                reasons[m].append(why)
+        body[:] = [m for m in body if m not in released]
+
+
+def _unrestridable(node: fx.Node) -> bool:
+    val = node.meta.get("val")
+    return isinstance(val, torch.Tensor) and not restridable(val)
 
 
 def _is_view(node: fx.Node) -> bool:
     return isinstance(node.target, torch._ops.OpOverload) and node.target.is_view and bool(node.args) \
         and isinstance(node.args[0], fx.Node)
+
+
+def _with_items(node: fx.Node) -> list[fx.Node]:
+    """``node`` and, for an op returning a list (split, unbind), the getitems that unpack it."""
+    if not isinstance(node.meta.get("val"), (tuple, list)):
+        return [node]
+    return [node] + [u for u in node.users if u.target is operator.getitem]
+
+
+def _viewed(node: fx.Node):
+    """The tensor ``node`` views: a view op's input, or for an item of a view list (split, unbind) the list's
+    input; None where ``node`` is no view."""
+    if node.target is operator.getitem and isinstance(node.args[0], fx.Node) and _is_view(node.args[0]):
+        return node.args[0].args[0]
+    return node.args[0] if _is_view(node) else None
 
 
 def _returned(node: fx.Node) -> bool:
@@ -185,9 +245,9 @@ def _returns_its_base(view: fx.Node, owner, pid: int) -> bool:
     """Whether the graph also returns a tensor that ``view`` views (through views of partition ``pid``)."""
     base = view.args[0]
     while not _returned(base):
-        if owner.get(base) != pid or not _is_view(base):
+        if owner.get(base) != pid or _viewed(base) is None:
             return False
-        base = base.args[0]
+        base = _viewed(base)
     return True
 
 

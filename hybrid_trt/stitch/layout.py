@@ -9,7 +9,10 @@ Two kinds of op depend on strides:
   strides ...``). They become ``reshape``, which is the same view wherever one exists and a copy elsewhere, so
   graphs whose strides did not change are traced exactly as before.
 - ``as_strided`` reads storage directly, so a contiguous stand-in would silently change its result. A delegate
-  output that reaches one (through views) is given its traced strides back with ``prims.copy_strided``.
+  output that reaches one (through views) is given its traced strides back with ``prims.copy_strided``. That
+  works only for strides a fresh buffer can have (:func:`restridable`): a view with others (an expand's stride 0,
+  which ``copy_strided`` cannot write; a slice's gaps or offset, which hold its base's elements) is kept out of
+  the delegate by the partitioner, so Inductor makes it a view of the delegate's output, as eager does.
 
 The graph's own outputs are held to their traced strides too: a channels-last input gives channels-last outputs
 in eager mode and under Inductor (which keeps output strides), and a caller may depend on that (a stride check,
@@ -19,6 +22,8 @@ through views) with non-contiguous, non-overlapping and dense traced strides get
 or expand, whose strides need storage the delegate's output lacks, stays contiguous.
 """
 from __future__ import annotations
+
+import operator
 
 import torch
 import torch.fx as fx
@@ -75,9 +80,23 @@ def keep_traced_strides(gm: fx.GraphModule, members, outputs) -> int:
     return inserted
 
 
+def reads_storage(users) -> bool:
+    """Whether ``users`` (or the aliases they return) include a storage reader (``as_strided``)."""
+    return _reaches(users, returned=False)
+
+
+def restridable(val: torch.Tensor) -> bool:
+    """Whether a fresh buffer can hold ``val``'s layout exactly, storage included: non-overlapping and dense, at
+    offset 0 (undecided with symbolic sizes: no)."""
+    try:
+        return _dense(val) and bool(val.storage_offset() == 0)
+    except Exception:  # noqa: BLE001 - an offset the trace cannot decide
+        return False
+
+
 def _reaches(users, returned: bool) -> bool:
     """Whether ``users`` (or the aliases they return) include the graph's output (``returned``) or a storage
-    reader (not ``returned``)."""
+    reader (not ``returned``). The items of a view list (``split``, ``unbind``) are aliases too."""
     stack, seen = list(users), set()
     while stack:
         user = stack.pop()
@@ -90,7 +109,7 @@ def _reaches(users, returned: bool) -> bool:
         seen.add(user)
         if user.target in _STORAGE_READERS and not returned:
             return True
-        if _returns_alias(user.target):
+        if user.target is operator.getitem or _returns_alias(user.target):
             stack.extend(user.users)
     return False
 
