@@ -723,7 +723,7 @@ def _collect_reports(res: dict, reports: list, counted_from: int = 0) -> None:
     """Fallback events from every report; op counts, partitions and reasons from ``reports[counted_from:]`` only
     (a detector's hook-free compile, the one that is timed)."""
     reasons = Counter()
-    events = []
+    events, kept = [], []
     delegated = total = parts = 0
     for r in reports:
         if r.inductor_status != "compiled":
@@ -735,11 +735,14 @@ def _collect_reports(res: dict, reports: list, counted_from: int = 0) -> None:
         delegated += r.delegated_op_count
         total += r.total_op_count
         parts += sum(p.status == "delegated" for p in r.partitions)
+        # A partition measured and kept on its delegate has no reason of its own: its verdict explains a slow row.
+        kept += [f"graph {r.graph_index} partition {p.index}: {p.placement}" for p in r.partitions
+                 if p.status == "delegated" and p.placement]
         reasons.update(r.reasons())
         if r.whole_graph_reason:
             reasons[f"whole graph: {r.whole_graph_reason}"] += 1
     res.update(graphs=len(counted), delegated_ops=delegated, total_ops=total, partitions=parts,
-               reasons=reasons.most_common(), events=events)
+               reasons=reasons.most_common(), events=events, placements=kept)
 
 
 def _latency(fns: dict, args, sync, budget_s: float) -> dict:
@@ -882,6 +885,8 @@ def verdict(row: dict) -> tuple[str, str]:
         top = ", ".join(f"{why} ({n})" for why, n in row["reasons"][:2]) or "none"
         notes.append(f"slower than eager and Inductor: {row['delegated_ops']}/{row['total_ops']} ops delegated in "
                      f"{row['partitions']} partition(s) over {row['graphs']} graph(s); rest: {top}")
+        if row.get("placements"):
+            notes.append("kept by placement: " + "; ".join(row["placements"][:3]))
         status = "slow" if status == "ok" else status
     if (row.get("device"), row["model"]) in NOTES:
         notes.append(NOTES[(row.get("device"), row["model"])])

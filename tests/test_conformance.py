@@ -233,3 +233,15 @@ def test_worker_measures_both_against_float64_when_beyond_tolerance(monkeypatch)
     res = conformance.run_worker(case.name, "cpu", "float32", latency_s=0.05)
     f64 = res.get("float64")
     assert f64 and 0 <= f64["eager"] < 1e-5 and 0 <= f64["hybrid"] < 1e-5, res
+
+
+def test_slow_row_names_the_placement_verdicts_that_kept_its_partitions():
+    """A partition measured and kept on its delegate has no reason of its own; when the row is slow, its verdict
+    is the explanation (EVA02-T fp16 on the H200, session 15: delegated whole, 3.6x Inductor, no reason shown)."""
+    row = dict(_dense_row(1e-4), delegated_ops=9, total_ops=9, partitions=1, graphs=1, reasons=[],
+               latency_ms={"eager": 1.0, "inductor": 1.0, "hybrid_trt": 2.0},
+               placements=["graph 0 partition 0: measured: delegate 1.0 ms, Inductor 2.0 ms; kept on the delegate"])
+    status, why = conformance.verdict(row)
+    assert status == "slow" and "kept by placement: graph 0 partition 0: measured" in why, (status, why)
+    del row["placements"]
+    assert "kept by placement" not in conformance.verdict(row)[1]
