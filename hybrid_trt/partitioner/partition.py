@@ -9,7 +9,7 @@ from typing import Sequence
 import torch
 import torch.fx as fx
 
-from ..stitch.layout import reads_storage, restridable
+from .aliases import reads_storage, restridable
 from .capability import NodeKind, classify, node_device, unsupported_reason
 
 
@@ -182,7 +182,7 @@ def _release_returned_views(mine: list[int], owner, members, index, reasons, del
 
 def _release_storage_read_views(mine: list[int], owner, members, index, reasons, delegate: str) -> None:
     """Hand back to Inductor a partition output whose storage a reader outside reads (``as_strided``, ``unfold``
-    of ``x.expand(...)``) where a fresh buffer cannot have its traced layout (stitch/layout.py, ``restridable``):
+    of ``x.expand(...)``) where a fresh buffer cannot have its traced layout (``aliases.restridable``):
     an expand's stride 0 (``copy_strided`` cannot write it, so the call failed at run time), a slice's gaps or
     offset (they hold its base's elements). Without it the delegate returns the base, and Inductor makes the view
     of that, sharing its storage as eager does. A released node's users in the partition leave too (else a

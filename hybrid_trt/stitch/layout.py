@@ -23,15 +23,14 @@ or expand, whose strides need storage the delegate's output lacks, stays contigu
 """
 from __future__ import annotations
 
-import operator
-
 import torch
 import torch.fx as fx
+
+from ..partitioner.aliases import dense as _dense, reaches as _reaches
 
 aten = torch.ops.aten
 
 _VIEWS = (aten.view.default, aten._unsafe_view.default)
-_STORAGE_READERS = (aten.as_strided.default, aten.as_strided_copy.default, aten.as_strided_scatter.default)
 
 
 def views_to_reshapes(gm: fx.GraphModule) -> fx.GraphModule:
@@ -80,57 +79,11 @@ def keep_traced_strides(gm: fx.GraphModule, members, outputs) -> int:
     return inserted
 
 
-def reads_storage(users) -> bool:
-    """Whether ``users`` (or the aliases they return) include a storage reader (``as_strided``)."""
-    return _reaches(users, returned=False)
-
-
-def restridable(val: torch.Tensor) -> bool:
-    """Whether a fresh buffer can hold ``val``'s layout exactly, storage included: non-overlapping and dense, at
-    offset 0 (undecided with symbolic sizes: no)."""
-    try:
-        return _dense(val) and bool(val.storage_offset() == 0)
-    except Exception:  # noqa: BLE001 - an offset the trace cannot decide
-        return False
-
-
-def _reaches(users, returned: bool) -> bool:
-    """Whether ``users`` (or the aliases they return) include the graph's output (``returned``) or a storage
-    reader (not ``returned``). The items of a view list (``split``, ``unbind``) are aliases too."""
-    stack, seen = list(users), set()
-    while stack:
-        user = stack.pop()
-        if user.op == "output":
-            if returned:
-                return True
-            continue
-        if user in seen or user.op != "call_function":
-            continue
-        seen.add(user)
-        if user.target in _STORAGE_READERS and not returned:
-            return True
-        if user.target is operator.getitem or _returns_alias(user.target):
-            stack.extend(user.users)
-    return False
-
-
 def _contiguous(val: torch.Tensor) -> bool:
     try:
         return bool(val.is_contiguous())
     except Exception:  # noqa: BLE001 - an unbacked size the trace cannot decide: nothing to give back
         return True
-
-
-def _dense(val: torch.Tensor) -> bool:
-    import torch._prims_common as prims_common
-
-    # "_or_false": False where a symbolic size leaves it undecided (older torch: the exact test).
-    check = getattr(prims_common, "is_non_overlapping_and_dense_or_false", None) or getattr(
-        prims_common, "is_non_overlapping_and_dense")
-    try:
-        return bool(check(val))
-    except Exception:  # noqa: BLE001 - a size the trace cannot decide: leave the output contiguous
-        return False
 
 
 def _memory_format(val: torch.Tensor):
@@ -139,12 +92,6 @@ def _memory_format(val: torch.Tensor):
 
     try:
         fmt = prims_common.suggest_memory_format(val)
-    except Exception:  # noqa: BLE001 - as in _dense
+    except Exception:  # noqa: BLE001 - a size the trace cannot decide
         return None
     return fmt if fmt in (torch.channels_last, torch.channels_last_3d) else None
-
-
-def _returns_alias(target) -> bool:
-    schema = getattr(target, "_schema", None)
-    return schema is not None and any(r.alias_info is not None and not r.alias_info.is_write
-                                      for r in schema.returns)
