@@ -387,6 +387,34 @@ def test_traced_strides_are_kept_through_the_items_of_a_split(use):
     assert keep_traced_strides(gm, [relu.args[0], relu], [relu]) == 1
 
 
+@pytest.mark.parametrize("view", [
+    pytest.param(lambda y: y[:, None].expand(2, 3, 8, 4, 4), id="expand"),
+    pytest.param(lambda y: y[:, ::2], id="slice_with_gaps"),
+    pytest.param(lambda y: y[..., 1:3], id="narrow_last_dim"),
+])
+def test_a_returned_view_no_buffer_can_hold_comes_back_a_view_as_in_eager(view):
+    """A returned expand (stride 0) or gapped slice of a delegate output: eager gives a view with those strides;
+    the delegate could give only a compact copy. The view stays with Inductor, which makes it a view of the
+    delegate's output, so strides match eager, and the computation stays delegated."""
+    conv = _model(ConvNet).c1
+
+    def fn(x):
+        return view(torch.relu(conv(x)))
+
+    x = torch.randn(2, 3, 4, 4)
+    before = len(hybrid_trt.reports())
+    with torch.no_grad():
+        ref = fn(x)
+        out = torch.compile(fn, backend="hybrid_trt", options={"min_block_size": 1})(x)
+    assert_close(out, ref)
+    assert out.stride() == ref.stride()
+    report = _report_since(before)
+    assert len(report.partitions) == 1
+    assert {"aten.convolution.default", "aten.relu.default"} <= set(report.partitions[0].ops)
+    left = [(op.op, op.reason) for op in report.inductor_ops]
+    assert len(left) == 1 and "returned with strides a delegate output cannot have" in left[0][1], left
+
+
 def _expanded_read_through_storage(lin):
     def fn(x):
         y = torch.relu(lin(x))[:, None].expand(4, 3, 8)  # stride 0 in dim 1

@@ -9,7 +9,7 @@ from typing import Sequence
 import torch
 import torch.fx as fx
 
-from .aliases import reads_storage, restridable
+from .aliases import dense, reaches, reads_storage, restridable
 from .capability import NodeKind, classify, node_device, unsupported_reason
 
 
@@ -186,9 +186,12 @@ def _release_storage_read_views(mine: list[int], owner, members, index, reasons,
     an expand's stride 0 (``copy_strided`` cannot write it, so the call failed at run time), a slice's gaps or
     offset (they hold its base's elements). Without it the delegate returns the base, and Inductor makes the view
     of that, sharing its storage as eager does. A released node's users in the partition leave too (else a
-    cycle), as do the views it is made from that the partition then outputs only to be read the same way."""
+    cycle), as do the views it is made from that the partition then outputs only to be read the same way. A view
+    the graph returns with such strides (static ones) leaves the same way, so it comes back a view as in eager."""
     read = f"{delegate}: its storage is read (as_strided) with strides a delegate output cannot have; " \
            "Inductor makes it a view of the delegate's output"
+    returned = f"{delegate}: returned with strides a delegate output cannot have (an expand's 0, a slice's " \
+               "gaps); Inductor makes it a view of the delegate's output, as in eager"
     follows = f"{delegate}: uses a view left to Inductor because its storage is read"
     for pid in mine:
         body = members[pid]
@@ -205,11 +208,23 @@ def _release_storage_read_views(mine: list[int], owner, members, index, reasons,
                     released[m], changed = follows, True
                 elif _unrestridable(m) and reads_storage(outside):
                     released[m], changed = read, True
+                elif _overlapping_or_gapped(m) and len(outside) == len(m.users) and reaches(outside, returned=True):
+                    # (only a view nothing in the partition uses: its copy costs less than what would follow it)
+                    released[m], changed = returned, True
         for m, why in released.items():
             del owner[m]
             if m in reasons:
                 reasons[m].append(why)
         body[:] = [m for m in body if m not in released]
+
+
+def _overlapping_or_gapped(node: fx.Node) -> bool:
+    """A view whose static strides no dense buffer has (an expand's stride 0, a slice's gaps). Returned, the
+    delegate could give it only as a compact copy, where eager (and plain Inductor) give a view of its base; an
+    offset alone does not show in a returned tensor, and symbolic strides are left as they are (undecidable)."""
+    val = node.meta.get("val")
+    return _is_view(node) and isinstance(val, torch.Tensor) \
+        and all(isinstance(v, int) for v in (*val.shape, *val.stride())) and not dense(val)
 
 
 def _unrestridable(node: fx.Node) -> bool:

@@ -18,8 +18,9 @@ The graph's own outputs are held to their traced strides too: a channels-last in
 in eager mode and under Inductor (which keeps output strides), and a caller may depend on that (a stride check,
 ``is_contiguous(memory_format=...)``, a ``view`` that needs them). A delegate output returned (directly or
 through views) with non-contiguous, non-overlapping and dense traced strides gets the same ``copy_strided`` (a
-``clone`` to its memory format when the strides are symbolic); contiguous ones cost nothing, and a returned slice
-or expand, whose strides need storage the delegate's output lacks, stays contiguous.
+``clone`` to its memory format when the strides are symbolic); contiguous ones cost nothing. A returned slice
+with gaps or expand, whose strides need storage the delegate's output lacks, is left to Inductor by the partitioner
+(static strides), which makes it a view of the delegate's output; with symbolic strides it stays contiguous.
 """
 from __future__ import annotations
 
@@ -59,7 +60,7 @@ def keep_traced_strides(gm: fx.GraphModule, members, outputs) -> int:
             continue
         reader = _reaches(outside, returned=False)
         if not reader and not (_reaches(outside, returned=True) and _dense(val)):
-            continue  # a returned slice or expand keeps a contiguous copy: its traced strides need storage it lacks
+            continue  # a returned gapped slice or expand with symbolic strides: its strides need storage it lacks
         static = all(isinstance(s, int) for s in val.stride())
         if static:
             target, args, kwargs = torch.ops.prims.copy_strided.default, (out, list(val.stride())), {}
