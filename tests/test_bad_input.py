@@ -415,6 +415,30 @@ def test_a_returned_view_no_buffer_can_hold_comes_back_a_view_as_in_eager(view):
     assert len(left) == 1 and "returned with strides a delegate output cannot have" in left[0][1], left
 
 
+def test_storage_read_of_an_unbind_item_matches_eager():
+    """``as_strided`` of one item of ``y.unbind(2)``: the item (offset and gaps in ``y``'s storage) left the
+    partition alone, the partition builder took it back as an output of the unbind, and the stitcher gave it
+    its traced strides with ``copy_strided``, leaving the gaps uninitialised (wrong values, also before the
+    storage-read rule). The unbind now leaves with all its items, and Inductor makes them views of ``y``."""
+    torch.manual_seed(0)
+    lin = nn.Linear(3, 3).eval()
+
+    def fn(x):
+        y = torch.relu(lin(x))
+        return torch.as_strided(y.unbind(2)[1], (2, 4), (1, 2), 0) + 0
+
+    x = torch.randn(2, 4, 3)
+    before = len(hybrid_trt.reports())
+    with torch.no_grad():
+        ref = fn(x)
+        out = torch.compile(fn, backend="hybrid_trt", options={"min_block_size": 1})(x)
+    assert_close(out, ref)
+    report = _report_since(before)
+    assert report.delegated_op_count > 0
+    left = {op.op: op.reason for op in report.inductor_ops}
+    assert "its storage is read" in left.get("aten.unbind.int", ""), left
+
+
 def _expanded_read_through_storage(lin):
     def fn(x):
         y = torch.relu(lin(x))[:, None].expand(4, 3, 8)  # stride 0 in dim 1

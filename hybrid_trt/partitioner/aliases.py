@@ -12,26 +12,29 @@ aten = torch.ops.aten
 STORAGE_READERS = (aten.as_strided.default, aten.as_strided_copy.default, aten.as_strided_scatter.default)
 
 
-def reads_storage(users) -> bool:
-    """Whether ``users`` (or the aliases they return) include a storage reader (``as_strided``)."""
-    return reaches(users, returned=False)
+def reads_storage(users, source=None) -> bool:
+    """Whether ``users`` of ``source`` (or the aliases they return) include a storage reader (``as_strided``)."""
+    return reaches(users, returned=False, source=source)
 
 
 def restridable(val: torch.Tensor) -> bool:
     """Whether a fresh buffer can hold ``val``'s layout exactly, storage included: non-overlapping and dense, at
     offset 0 (undecided with symbolic sizes: no)."""
-    try:
-        return dense(val) and bool(val.storage_offset() == 0)
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+    try:  # statically: a test of a backed size would add a guard to the graph
+        return dense(val) and statically_known_true(val.storage_offset() == 0)
     except Exception:  # noqa: BLE001 - an offset the trace cannot decide
         return False
 
 
-def reaches(users, returned: bool) -> bool:
-    """Whether ``users`` (or the aliases they return) include the graph's output (``returned``) or a storage
-    reader (not ``returned``). The items of a view list (``split``, ``unbind``) are aliases too."""
-    stack, seen = list(users), set()
+def reaches(users, returned: bool, source=None) -> bool:
+    """Whether ``users`` of ``source`` (or the aliases they return) include the graph's output (``returned``) or
+    a storage reader of it (not ``returned``; ``as_strided_scatter`` reads the storage of its ``self`` only,
+    ``source`` None: of whichever input). The items of a view list (``split``, ``unbind``) are aliases too."""
+    stack, seen = [(source, u) for u in users], set()
     while stack:
-        user = stack.pop()
+        via, user = stack.pop()
         if user.op == "output":
             if returned:
                 return True
@@ -40,9 +43,11 @@ def reaches(users, returned: bool) -> bool:
             continue
         seen.add(user)
         if user.target in STORAGE_READERS and not returned:
-            return True
+            if user.target is not aten.as_strided_scatter.default or via is None or user.args[0] is via:
+                return True
+            continue
         if user.target is operator.getitem or returns_alias(user.target):
-            stack.extend(user.users)
+            stack.extend((user, u) for u in user.users)
     return False
 
 

@@ -181,13 +181,15 @@ def _release_returned_views(mine: list[int], owner, members, index, reasons, del
 
 
 def _release_storage_read_views(mine: list[int], owner, members, index, reasons, delegate: str) -> None:
-    """Hand back to Inductor a partition output whose storage a reader outside reads (``as_strided``, ``unfold``
-    of ``x.expand(...)``) where a fresh buffer cannot have its traced layout (``aliases.restridable``):
-    an expand's stride 0 (``copy_strided`` cannot write it, so the call failed at run time), a slice's gaps or
-    offset (they hold its base's elements). Without it the delegate returns the base, and Inductor makes the view
-    of that, sharing its storage as eager does. A released node's users in the partition leave too (else a
-    cycle), as do the views it is made from that the partition then outputs only to be read the same way. A view
-    the graph returns with such strides (static ones) leaves the same way, so it comes back a view as in eager."""
+    """Hand back to Inductor a partition output whose storage a reader outside reads (``as_strided``) where a
+    fresh buffer cannot have its traced layout (``aliases.restridable``): an expand's stride 0 (``copy_strided``
+    cannot write it, so the call failed at run time), a slice's gaps or offset (they hold its base's elements).
+    Without it the delegate returns the base, and Inductor makes the view of that, sharing its storage as eager
+    does. A released node's users in the partition leave too (else a cycle), and the views it is made from are
+    looked at again (the partition may now output them only to be read the same way). A view the graph returns
+    with such strides (static ones), which nothing in the partition uses, leaves the same way, so it comes back a
+    view as in eager. An item of a view list (split, unbind) leaves with the op and its other items, as one unit:
+    an op stays with the partition that unpacks it. A worklist, so a chain of views costs one visit per release."""
     read = f"{delegate}: its storage is read (as_strided) with strides a delegate output cannot have; " \
            "Inductor makes it a view of the delegate's output"
     returned = f"{delegate}: returned with strides a delegate output cannot have (an expand's 0, a slice's " \
@@ -195,22 +197,31 @@ def _release_storage_read_views(mine: list[int], owner, members, index, reasons,
     follows = f"{delegate}: uses a view left to Inductor because its storage is read"
     for pid in mine:
         body = members[pid]
-        body.sort(key=index.__getitem__)
+        inside = set(body)
         released: dict = {}
-        changed = True
-        while changed:  # a release can make a view it is made from an output read the same way
-            changed = False
-            for m in body:
-                if m in released:
-                    continue
-                outside = [u for u in m.users if owner.get(u) != pid or u in released]
-                if any(i in released for i in m.all_input_nodes):
-                    released[m], changed = follows, True
-                elif _unrestridable(m) and reads_storage(outside):
-                    released[m], changed = read, True
-                elif _overlapping_or_gapped(m) and len(outside) == len(m.users) and reaches(outside, returned=True):
-                    # (only a view nothing in the partition uses: its copy costs less than what would follow it)
-                    released[m], changed = returned, True
+
+        def release(unit, why, work):
+            for v in unit:
+                if v in inside and v not in released:
+                    released[v] = why
+                    work += [u for u in v.users if u in inside and u not in released]  # they follow
+                    work += [i for i in v.all_input_nodes if i in inside and i not in released]  # look again
+
+        work = list(body)
+        while work:
+            m = work.pop()
+            if m in released:
+                continue
+            if any(i in released for i in m.all_input_nodes):
+                release([m], follows, work)
+                continue
+            outside = [u for u in m.users if u not in inside or u in released]
+            if not outside:
+                continue
+            if reads_storage(outside, m) and _unrestridable(m):
+                release(_view_unit(m), read, work)
+            elif len(outside) == len(m.users) and reaches(outside, returned=True) and _overlapping_or_gapped(m):
+                release(_view_unit(m), returned, work)
         for m, why in released.items():
             del owner[m]
             if m in reasons:
@@ -218,12 +229,20 @@ def _release_storage_read_views(mine: list[int], owner, members, index, reasons,
         body[:] = [m for m in body if m not in released]
 
 
+def _view_unit(node: fx.Node) -> list[fx.Node]:
+    """What leaves a partition with ``node``: an item of a view list takes the list op and its other items."""
+    if node.target is operator.getitem and isinstance(node.args[0], fx.Node) and _is_view(node.args[0]):
+        return _with_items(node.args[0])
+    return [node]
+
+
 def _overlapping_or_gapped(node: fx.Node) -> bool:
-    """A view whose static strides no dense buffer has (an expand's stride 0, a slice's gaps). Returned, the
-    delegate could give it only as a compact copy, where eager (and plain Inductor) give a view of its base; an
-    offset alone does not show in a returned tensor, and symbolic strides are left as they are (undecidable)."""
+    """A view (or an item of a view list) whose static strides no dense buffer has (an expand's stride 0, a
+    slice's gaps). Returned, the delegate could give it only as a compact copy, where eager (and plain Inductor)
+    give a view of its base; an offset alone does not show in a returned tensor, and symbolic strides are left
+    as they are (undecidable)."""
     val = node.meta.get("val")
-    return _is_view(node) and isinstance(val, torch.Tensor) \
+    return _viewed(node) is not None and isinstance(val, torch.Tensor) \
         and all(isinstance(v, int) for v in (*val.shape, *val.stride())) and not dense(val)
 
 

@@ -58,7 +58,7 @@ def keep_traced_strides(gm: fx.GraphModule, members, outputs) -> int:
         outside = [u for u in out.users if u not in members]
         if not isinstance(val, torch.Tensor) or _contiguous(val):
             continue
-        reader = _reaches(outside, returned=False)
+        reader = _reaches(outside, returned=False, source=out)
         if not reader and not (_reaches(outside, returned=True) and _dense(val)):
             continue  # a returned gapped slice or expand with symbolic strides: its strides need storage it lacks
         static = all(isinstance(s, int) for s in val.stride())
