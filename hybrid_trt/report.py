@@ -109,10 +109,13 @@ class CompileReport:
         return dataclasses.asdict(self)
 
     def table(self) -> str:
-        lines = [f"hybrid_trt graph {self.graph_index}: {self.delegated_op_count}/{self.total_op_count} ops "
-                 f"delegated in "
-                 f"{sum(p.runs_delegated for p in self.partitions)} partition(s); "
-                 f"Inductor: {self.inductor_status}"
+        # A graph Inductor took whole was never partitioned: its ops were not counted, so no "0/0 ops".
+        counted = not (self.whole_graph_reason and not self.partitions and not self.inductor_ops)
+        lines = [f"hybrid_trt graph {self.graph_index}: "
+                 + (f"{self.delegated_op_count}/{self.total_op_count} ops delegated in "
+                    f"{sum(p.runs_delegated for p in self.partitions)} partition(s); " if counted
+                    else "nothing delegated; ")
+                 + f"Inductor: {self.inductor_status}"
                  f"{' (from its cache)' if self.from_inductor_cache else ''}"
                  f"{' (not needed: delegate calls only, served from the graph manifest)' if self.from_graph_manifest and not self.from_inductor_cache else ''}"]
         if self.whole_graph_reason:

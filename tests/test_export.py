@@ -215,7 +215,7 @@ def test_resnet18_dynamic_batch_one_engine_for_the_range(fresh_process, packages
     assert result["engine_records"] == [["loaded"]]
     missing = result["missing"]
     assert missing and missing.startswith("EngineNotInPackage") and "9x3x32x32" in missing, missing
-    assert "outside the exported range [1..8]" in missing and ":[1..8]x3x32x32" in missing, missing
+    assert "outside the exported range [1..8]" in missing and "x=[1..8]x3x32x32" in missing, missing
 
 
 def test_batch_broadcast_from_a_constant_gives_engines_per_shape_with_the_reason(fresh_process, packages):
@@ -295,6 +295,27 @@ def test_loaded_package_refuses_another_dtype_or_rank(packages, given):
     model = export_models.resnet18()[0].eval()
     with torch.no_grad():
         assert torch.allclose(loaded(x), model(x), rtol=1e-4, atol=1e-4)
+
+
+def test_loaded_package_takes_its_inputs_by_name(packages):
+    """Every message names the inputs as the manifest does ('x'), so a call may too; a wrong or doubled name is a
+    TypeError listing the inputs."""
+    loaded = hybrid_trt.load(packages["resnet18"])
+    (name,) = [i["name"] for i in loaded.manifest["inputs"]]
+    x = torch.randn(1, 3, 32, 32)
+    assert torch.equal(loaded(**{name: x}), loaded(x))
+    with pytest.raises(TypeError, match=r"no input is named 'image_'"):
+        loaded(image_=x)
+    with pytest.raises(TypeError, match=r"given by position and by name"):
+        loaded(x, **{name: x})
+    with pytest.raises(TypeError, match=rf"takes 1 input\(s\) \({name}\), got 0"):
+        loaded()
+    two = hybrid_trt.load(packages["two_inputs"])
+    image, features = torch.randn(3, 3, 16, 16), torch.randn(3, 6)
+    assert torch.equal(two(features=features, image=image), two(image, features))
+    assert torch.equal(two(image, features=features), two(image, features))
+    with pytest.raises(TypeError, match=r"missing: features"):
+        two(image=image)
 
 
 def test_export_puts_the_callers_train_and_eval_modes_back(tmp_path):

@@ -477,3 +477,8 @@ def test_dim_check_reads_the_manifest_dims_and_names_what_is_wrong():
     assert check.spec_text(inputs) == ("image=s0:[2..4]x3x16x16, features=s0:[2..4]x[2*s1] (dimensions sized by "
                                        "one symbol, s0, must be equal)")
     assert not DimCheck([{"name": "x", "dynamic_dims": [0]}]).active  # a package written before "dims"
+    # A symbol no other dimension shares is not named: its range says all, Dynamo's name (s77) nothing.
+    alone = [{"name": "x", "dims": [{"symbol": "s77", "min": 1, "max": 2}, 3]}]
+    assert DimCheck(alone).spec_text(alone) == "x=[1..2]x3"
+    said = DimCheck(alone).problem([torch.empty(3, 3)])
+    assert said == "input 'x' dimension 0 is 3, outside the exported range [1..2]", said

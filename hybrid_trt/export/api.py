@@ -562,7 +562,9 @@ class DeployedModel:
         # both. This lock is waited for without the GIL. (The runner ran one call at a time anyway.)
         self._call_lock = threading.Lock()
 
-    def __call__(self, *inputs):
+    def __call__(self, *inputs, **named):
+        if named:  # by the names the manifest, and every message, gives the inputs
+            inputs = self._by_name(inputs, named)
         if len(inputs) != self._n_inputs:
             raise TypeError(f"the package takes {self._n_inputs} input(s) "
                             f"({', '.join(i['name'] for i in self.manifest['inputs'])}), got {len(inputs)}")
@@ -589,6 +591,19 @@ class DeployedModel:
                 raise deploy from None
             raise
         return pytree.tree_unflatten(list(flat), self._out_spec)
+
+    def _by_name(self, positional: tuple, named: dict) -> tuple:
+        names = [i["name"] for i in self.manifest["inputs"]]
+        unknown = sorted(set(named) - set(names))
+        twice = sorted(set(named) & set(names[:len(positional)]))
+        if unknown or twice:
+            raise TypeError(f"the package takes the inputs ({', '.join(names)})"
+                            + (f"; no input is named {', '.join(map(repr, unknown))}" if unknown else "")
+                            + (f"; {', '.join(map(repr, twice))} given by position and by name" if twice else ""))
+        missing = [n for n in names[len(positional):] if n not in named]
+        if missing:
+            raise TypeError(f"the package takes the inputs ({', '.join(names)}); missing: {', '.join(missing)}")
+        return tuple(positional) + tuple(named[n] for n in names[len(positional):])
 
     def _wrong_input(self, name: str, dtype: torch.dtype, rank: int, given) -> TypeError:
         what = (f"a {given.dtype} tensor of rank {given.dim()} on {given.device}" if isinstance(given, torch.Tensor)

@@ -52,6 +52,11 @@ class DimCheck:
                 elif "symbol" in spec:
                     self._checks.append((k, d, "symbol", (spec["symbol"], spec["min"], spec["max"])))
         self.active = bool(self._checks)
+        # A symbol is named in messages only where dimensions share it (they must be equal); alone, its range
+        # says everything, and the name (Dynamo's, e.g. s77) means nothing to a user.
+        symbols = [spec["symbol"] for entry in inputs for spec in entry.get("dims") or ()
+                   if not isinstance(spec, int) and "symbol" in spec]
+        self._shared = {s for s in symbols if symbols.count(s) > 1}
 
     def problem(self, inputs) -> Optional[str]:
         seen = {}  # symbol -> (size, where it was first read)
@@ -64,7 +69,8 @@ class DimCheck:
                 continue
             name, lo, hi = value
             if not lo <= size <= hi:
-                return f"{where} is {size}, outside the exported range [{lo}..{hi}] of its size {name}"
+                named = f" of its size {name}" if name in self._shared else ""
+                return f"{where} is {size}, outside the exported range [{lo}..{hi}]{named}"
             if name in seen and seen[name][0] != size:
                 first_size, first_where = seen[name]
                 return (f"{where} is {size} and {first_where} is {first_size}, but the package was exported "
@@ -82,7 +88,8 @@ class DimCheck:
                 if isinstance(spec, int):
                     dims.append(str(spec))
                 elif "symbol" in spec:
-                    dims.append(f"{spec['symbol']}:[{spec['min']}..{spec['max']}]")
+                    named = f"{spec['symbol']}:" if spec["symbol"] in self._shared else ""
+                    dims.append(f"{named}[{spec['min']}..{spec['max']}]")
                     symbols.append(spec["symbol"])
                 else:
                     dims.append(f"[{spec['expr']}]")
