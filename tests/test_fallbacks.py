@@ -160,7 +160,9 @@ def test_first_call_failure_strict_raises(monkeypatch):
     assert any("injected run failure" in str(e) for e in _cause_chain(info.value))
 
 
-def test_graph_needing_gradients_goes_to_inductor():
+def test_graph_needing_gradients_goes_to_inductor(hybrid_logs):
+    """An eval-mode model called without torch.no_grad() (its parameters require grad): Inductor alone, and one
+    warning saying nothing was delegated and what to do, since the values are right and nothing else shows it."""
     model, x = _model()
     model.train(False)
     x = x.requires_grad_()
@@ -171,7 +173,9 @@ def test_graph_needing_gradients_goes_to_inductor():
     assert_close(out, expected.detach())
     assert report.whole_graph_reason and "gradients" in report.whole_graph_reason
     assert report.partitions == []
-    assert "whole graph to Inductor" in report.table()
+    assert "whole graph to Inductor" in report.table() and "nothing delegated" in report.table()
+    said = [w for w in _warnings(hybrid_logs) if "needs gradients" in w]
+    assert len(said) == 1 and "torch.no_grad()" in said[0] and "nothing is delegated" in said[0], said
     out.sum().backward()  # the Inductor-compiled graph is differentiable
     assert x.grad is not None and x.grad.shape == x.shape
 
