@@ -335,6 +335,15 @@ def _report_since(before: int):
     return reports[0]
 
 
+def _eager_and_hybrid(fn, x):
+    """``fn(x)`` in eager mode and compiled (``min_block_size=1``), under no_grad, with the compile's one report."""
+    before = len(hybrid_trt.reports())
+    with torch.no_grad():
+        ref = fn(x)
+        out = torch.compile(fn, backend="hybrid_trt", options={"min_block_size": 1})(x)
+    return ref, out, _report_since(before)
+
+
 def _assert_views_like_eager(out, ref):
     """Values, strides and offsets as in eager, and every output after the first in the first one's storage."""
     assert_close(out, ref)
@@ -360,12 +369,8 @@ def test_pieces_of_a_split_returned_with_their_base_are_views_as_in_eager(split)
         return (y, *split(y))
 
     x = torch.randn(2, 3, 4, 4)
-    before = len(hybrid_trt.reports())
-    with torch.no_grad():
-        ref = fn(x)
-        out = torch.compile(fn, backend="hybrid_trt", options={"min_block_size": 1})(x)
+    ref, out, report = _eager_and_hybrid(fn, x)
     _assert_views_like_eager(out, ref)
-    report = _report_since(before)
     assert [sorted(p.ops) for p in report.partitions] == [["aten.convolution.default", "aten.relu.default"]]
     assert [op.reason for op in report.inductor_ops] == \
         ["onnxruntime: a view returned with the tensor it views; Inductor keeps it a view of that output"]
@@ -402,13 +407,9 @@ def test_a_returned_view_no_buffer_can_hold_comes_back_a_view_as_in_eager(view):
         return view(torch.relu(conv(x)))
 
     x = torch.randn(2, 3, 4, 4)
-    before = len(hybrid_trt.reports())
-    with torch.no_grad():
-        ref = fn(x)
-        out = torch.compile(fn, backend="hybrid_trt", options={"min_block_size": 1})(x)
+    ref, out, report = _eager_and_hybrid(fn, x)
     assert_close(out, ref)
     assert out.stride() == ref.stride()
-    report = _report_since(before)
     assert len(report.partitions) == 1
     assert {"aten.convolution.default", "aten.relu.default"} <= set(report.partitions[0].ops)
     left = [(op.op, op.reason) for op in report.inductor_ops]
@@ -428,12 +429,8 @@ def test_storage_read_of_an_unbind_item_matches_eager():
         return torch.as_strided(y.unbind(2)[1], (2, 4), (1, 2), 0) + 0
 
     x = torch.randn(2, 4, 3)
-    before = len(hybrid_trt.reports())
-    with torch.no_grad():
-        ref = fn(x)
-        out = torch.compile(fn, backend="hybrid_trt", options={"min_block_size": 1})(x)
+    ref, out, report = _eager_and_hybrid(fn, x)
     assert_close(out, ref)
-    report = _report_since(before)
     assert report.delegated_op_count > 0
     left = {op.op: op.reason for op in report.inductor_ops}
     assert "its storage is read" in left.get("aten.unbind.int", ""), left
@@ -461,13 +458,9 @@ def test_storage_read_of_an_expanded_delegate_output_matches_eager(inductor, mon
     torch.manual_seed(0)
     fn = _expanded_read_through_storage(nn.Linear(8, 8).eval())
     x = torch.randn(4, 8)
-    before = len(hybrid_trt.reports())
-    with torch.no_grad():
-        ref = fn(x)
-        out = torch.compile(fn, backend="hybrid_trt", options={"min_block_size": 1})(x)
+    ref, out, report = _eager_and_hybrid(fn, x)
     assert_close(out, ref)
     assert [o.stride() for o in out] == [r.stride() for r in ref]
-    report = _report_since(before)
     assert report.delegated_op_count > 0
     left = {op.op: op.reason for op in report.inductor_ops}
     assert "its storage is read" in left["aten.expand.default"], left
