@@ -79,9 +79,9 @@ def _compile_graph(gm: fx.GraphModule, example_inputs, opts: Options, check_weig
         # Said as a warning: calling a model for inference without torch.no_grad() is the commonest way to get
         # nothing delegated, and the values are right, so nothing else would tell the user.
         logger.warning("hybrid_trt: graph %d needs gradients (grad mode is on and parameters or inputs require "
-                       "grad), so Inductor compiles it alone and nothing is delegated. For inference, call the "
-                       "model under torch.no_grad() or torch.inference_mode() (README, 'Status and limits')",
-                       report.graph_index)
+                       "grad), so Inductor compiles it alone and nothing is delegated (delegates run inference "
+                       "only). For inference, call the model under torch.no_grad() or torch.inference_mode() "
+                       "(README, 'Status and limits')", report.graph_index)
         with cudagraphs.compiling(opts):
             return _inductor_alone(gm, example_inputs, opts)
     weights = {i: example_inputs[i] for i in weight_input_indices(example_inputs)}

@@ -91,7 +91,8 @@ def test_cache_off_training_graph_leaves_nothing_either(tmp_path):
     result = _compile_in_child(tmp_path, inductor, cache=False, train=True)
     assert result["inductor_during"], result  # Inductor did write there while the process ran
     assert _tree(inductor) == {}, sorted(_tree(inductor))
-    assert result["warnings"] == [], result
+    # The one warning: nothing is delegated in a graph that needs gradients (and what to do for inference).
+    assert len(result["warnings"]) == 1 and "needs gradients" in result["warnings"][0], result
 
 
 def test_cache_off_inductor_alone_after_a_state_change_leaves_nothing_either(tmp_path):
