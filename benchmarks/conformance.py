@@ -309,6 +309,13 @@ NOTES: dict[tuple[str, str], str] = {
         '(placement measured 27.0 against 24.0 ms); `placement="measured"` moves it to Inductor: eager '
         '30.5, Inductor 21.9, hybrid 29.5, hybrid measured 23.2 ms (15 interleaved rounds). The CPU '
         'default delegates without timing (conformance_cpu_2core_placement.md says why)'),
+    ("cpu", "tv_fasterrcnn_mobilenet_v3_large_320_fpn"): (
+        'CPU, session 15, by hand: 20 graphs per call (Dynamo breaks the detection post-processing) and 13 small '
+        'partitions, within 1-6% of eager and Inductor in every run since its lowerings delegate 452 of 541 ops '
+        '(alone at 9737e4c, 8 s of rounds: eager 47.2, Inductor 46.4, hybrid 49.3 ms). With '
+        "placement='measured' the small partitions stay on Inductor (345 ops in 5 partitions) and it is ok: "
+        'eager 50.1, Inductor 49.1, hybrid 49.1 ms (HYBRID_TRT_PLACEMENT=measured, same machine and session). '
+        "The CPU default times nothing (README, 'Measured placement')"),
     ("cpu", "timm_volo_d1_224"): (
         'CPU, session 14, by hand: its three outlook-attention partitions run 7.4-7.5 ms per call in ONNX '
         "Runtime against 2.6-2.7 ms for Inductor's compile of them (placement measured); with "
