@@ -14,4 +14,6 @@ conf_lanes() {
   wait
   grep -hE "summary" $L/conf_*.md
   grep -hE "^\| " $L/conf_*.md | grep -E "MISMATCH|FAILED|slow" | cut -c1-400
+  # One archive: the device returns only so many files per call (session 15 lost lanes' tables to that limit).
+  tar czf $L.tgz -C $(dirname $L) $(basename $L) && rm -rf $L
 }

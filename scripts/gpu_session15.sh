@@ -30,8 +30,7 @@ case ${1:?stage} in
     conf_lanes $L "${2:-6}" "H200; four conformance lanes side by side (two per dtype) and a CUDA test lane (GPU and 16 cores shared)" \
       "timm_coatnet_nano_rw_224,timm_crossvit_tiny_240,timm_davit_tiny,timm_efficientnetv2_rw_t,timm_efficientvit_l1,timm_eva02_tiny_patch14_224,timm_focalnet_tiny_srf" \
       "timm_gcvit_xxtiny,timm_mambaout_femto,timm_mobilenetv4_hybrid_medium,timm_mobilevitv2_050,timm_starnet_s1,timm_volo_d1_224,timm_xcit_nano_12_p16_224"
-    wait
-    grep -E "^(FAILED|ERROR)|passed|failed|rc=" $L/tests.log | tail -15
+    tar xzf $L.tgz -O s15/tests.log | grep -E "^(FAILED|ERROR)|passed|failed|rc=" | tail -15  # (conf_lanes waited)
     ;;
   cg)  # issue 10: CUDA-graph rows at the reduce-overhead defaults (measured placement) not yet run that way
     timeout 590 python3 benchmarks/bench_cudagraphs.py --no-lidar \
