@@ -80,8 +80,9 @@ class DimCheck:
 
     def spec_text(self, inputs: Sequence[dict]) -> str:
         """e.g. ``image=s0:[1..4]x3x16x16, features=s0:[1..4]x6`` (the command line's ``--shape`` spelling, a
-        dynamic size as its symbol and range), and a note when inputs share a size."""
-        parts, symbols = [], []
+        dynamic size as its range, named by its symbol where dimensions share it), and a note when they do.
+        ``inputs``: the manifest entries this check was built from."""
+        parts = []
         for entry in inputs:
             dims = []
             for spec in entry.get("dims") or ():
@@ -90,10 +91,9 @@ class DimCheck:
                 elif "symbol" in spec:
                     named = f"{spec['symbol']}:" if spec["symbol"] in self._shared else ""
                     dims.append(f"{named}[{spec['min']}..{spec['max']}]")
-                    symbols.append(spec["symbol"])
                 else:
                     dims.append(f"[{spec['expr']}]")
             parts.append(f"{entry['name']}={'x'.join(dims)}")
-        shared = sorted({s for s in symbols if symbols.count(s) > 1})
+        shared = sorted(self._shared)
         note = f" (dimensions sized by one symbol, {', '.join(shared)}, must be equal)" if shared else ""
         return ", ".join(parts) + note

@@ -220,10 +220,10 @@ def _release_storage_read_views(mine: list[int], owner, members, index, reasons,
                 continue
             if reads_storage(outside, m) and _unrestridable(m):
                 release(_view_unit(m), read, work)
-            elif len(outside) == len(m.users) and reaches(outside, returned=True) and _overlapping_or_gapped(m) \
-                    and not any(u in inside and u not in released for v in _view_unit(m) for u in v.users
-                                if u not in _view_unit(m)):  # (its copy costs less than what would follow it)
-                release(_view_unit(m), returned, work)
+            elif len(outside) == len(m.users) and reaches(outside, returned=True) and _overlapping_or_gapped(m):
+                unit = _view_unit(m)
+                if not any(u in inside and u not in released and u not in unit for v in unit for u in v.users):
+                    release(unit, returned, work)  # (else its copy costs less than what would follow it)
         for m, why in released.items():
             del owner[m]
             if m in reasons:
