@@ -329,6 +329,7 @@ def _hybrid_graph(gm: fx.GraphModule, weights: dict, n_dynamo_inputs: int, opts:
     delegate_objs = [_delegates.get_delegate(n) for n in opts.resolved_delegates()]
     plan = partition_graph(gm.graph, delegate_objs, opts.min_block_size, opts.force_inductor_ops, frozenset(constants))
     reasons = dict(plan.inductor_reasons)
+    work = sum(map(_launches_work, gm.graph.nodes))
     built: list = []  # (partition, extracted, runtime, placement candidate)
     for k, part in enumerate(plan.partitions):
         ex = extract(part, constants)
@@ -360,7 +361,9 @@ def _hybrid_graph(gm: fx.GraphModule, weights: dict, n_dynamo_inputs: int, opts:
                 if classify(n) is NodeKind.OP:
                     reasons[n] = f"build failed ({part.delegate})"
             continue
-        built.append((part, ex, runtime, _placement.Candidate(runtime, ex.module, in_metas, symbolic, preport)))
+        shares_graph = work > sum(map(_launches_work, part.nodes))
+        built.append((part, ex, runtime,
+                      _placement.Candidate(runtime, ex.module, in_metas, symbolic, preport, shares_graph)))
     whys = [None] * len(built)
     timed = [i for i, (*_, c) in enumerate(built) if opts.measures_placement(c.runtime.device)]
     if timed:
@@ -383,6 +386,12 @@ def _hybrid_graph(gm: fx.GraphModule, weights: dict, n_dynamo_inputs: int, opts:
         keep_traced_strides(gm, d.nodes, d.extracted.outputs)
     report.partition_seconds = time.perf_counter() - t0
     return delegated
+
+
+def _launches_work(node: fx.Node) -> bool:
+    """An op that runs kernels (a view only reinterprets its input's memory): what placement asks of a
+    partition's graph outside it."""
+    return classify(node) is NodeKind.OP and not getattr(node.target, "is_view", False)
 
 
 def _warn_if_declined_whole(report: CompileReport) -> None:

@@ -449,6 +449,11 @@ class OnnxRuntimeDelegate(Delegate):
             return f"onnxruntime's {_PROVIDERS[kind]} is not declared capture-safe (builds engines lazily)"
         return None
 
+    def host_synchronizes(self, device: torch.device, delegate_options: Mapping[str, Any]) -> bool:
+        # Every uncaptured run ends with ONNX Runtime's end-of-run synchronisation, where it releases its pinned
+        # staging buffers (OnnxRuntimeEngine._run_cuda says why it cannot be skipped).
+        return device.type == "cuda" and _provider_kind(device, delegate_options) != "cpu"
+
     def build(self, model: onnx.ModelProto, output_metas, device, delegate_options: Mapping[str, Any],
               keep_serialized: bool = False) -> Engine:
         model_bytes = model.SerializeToString()

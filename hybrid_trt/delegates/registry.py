@@ -65,6 +65,12 @@ class Delegate(abc.ABC):
         static engine once. Undeclared delegates run between the captured segments."""
         return f"delegate {self.name!r} does not declare CUDA-graph capture safety"
 
+    def host_synchronizes(self, device: torch.device, delegate_options: Mapping[str, Any]) -> bool:
+        """Whether an uncaptured run of this delegate's engines on a GPU ``device`` blocks the host until its GPU
+        work is done. Such a run stops the host from queueing the rest of the call while the GPU works, which
+        timing the partition alone cannot see: measured placement charges for it (placement.py)."""
+        return False
+
     @abc.abstractmethod
     def build(self, model: onnx.ModelProto, output_metas: Sequence[torch.Tensor], device: torch.device,
               delegate_options: Mapping[str, Any], keep_serialized: bool = False) -> Engine:
