@@ -12,14 +12,21 @@ timings as its recorded reason in the report.
 What is timed, per static partition: its engine (``PartitionRuntime.run``) against Inductor's compile of the
 partition's FX module alone, on inputs of its traced shapes (random floats, zero integers: an index of 0 is in
 range for any non-empty dimension). Without CUDA graphs both sides are timed by the wall time of a synchronised
-call. Under CUDA graphs (on a GPU) the host's launch work disappears at replay: Inductor's side is timed by its
-device time (timing.py), and the delegate's side by what it will cost there. A capture-safe engine is replayed:
-the capture probe (capture_probe.py), which every engine passes under CUDA graphs anyway, times its captured
-replay in its own process. (The device time of an uncaptured ONNX Runtime run over-counted it: on the H200,
+call. Under CUDA graphs (on a GPU) the host's launch work disappears at replay, and so do most of the GPU's
+gaps between kernels: Inductor's side is captured in a CUDA graph here and timed by the device time of its
+replay (its device time uncaptured, timing.py, where the capture fails), and the delegate's side by what it will
+cost there. A capture-safe engine is replayed: the capture probe (capture_probe.py), which every engine passes
+under CUDA graphs anyway, times its captured replay in its own process. (Inductor's side timed uncaptured
+over-counted it: on the H200, MobileNetV3-Large fp32 batch 1 read 0.755 ms where its kernels took 0.650 ms of
+GPU time inside Inductor's own CUDA graph, so ONNX Runtime's 0.735 ms replay was kept and the model ran 1.05x
+Inductor's reduce-overhead; benchmarks/results/cudagraphs_h200.md, session 16.) (The device time of an uncaptured ONNX Runtime run over-counted it: on the H200,
 ResNet-18 fp32 batch 16 read 3.34 ms where ONNX Runtime's own CUDA graph of the model replays in 2.83, and went
 to Inductor.) An engine that must run outside the graphs pays its host time at every call: it is timed by
-wall time. Inductor is chosen only when it beats the delegate by ``MARGIN``: a near tie stays with the delegate
-the user asked for.
+wall time. Without CUDA graphs Inductor is chosen only when it beats the delegate by ``MARGIN``: a near tie stays
+with the delegate the user asked for. Under CUDA graphs it is the other way round, the delegate must beat
+Inductor by ``MARGIN``: at equal kernel time a delegated partition still costs the replay more (its kernels on a
+stream of their own joined by events, more graph nodes; on the H200 the example detector's partition, 0.258
+against Inductor's 0.261 ms of GPU time, made the replay 0.378 against 0.363 ms).
 
 A delegate whose uncaptured runs block the host until their GPU work is done (``Delegate.host_synchronizes``:
 ONNX Runtime's CUDA provider ends every run with a host synchronisation) costs a call more than its own time
@@ -87,7 +94,7 @@ class Verdict:
     delegate_ms: float
     inductor_ms: float
     delegate_timing: str  # "wall" | "replay" (device time of its captured replay, measured by the capture probe)
-    inductor_timing: str  # "wall" | "device"
+    inductor_timing: str  # "wall" | "device" | "replay" (device time of its captured replay)
     stored: bool = False  # read from the engine store (measured by an earlier process)
     sync_charge_ms: float = 0.0  # added to the delegate's time for its host synchronisation (module doc)
 
@@ -134,8 +141,8 @@ def timings(device: torch.device, cuda_graphs: bool, probe) -> tuple:
     if device.type != "cuda" or not cuda_graphs:
         return "wall", "wall"
     if probe is not None and probe.reason is None and probe.replay_ms is not None:
-        return "replay", "device"
-    return "wall", "device"  # the engine runs outside the graphs: it pays its host time at every call
+        return "replay", "replay"
+    return "wall", "replay"  # the engine runs outside the graphs: it pays its host time at every call
 
 
 def sync_charged(runtime, delegate_timing: str, shares_graph: bool) -> bool:
@@ -201,8 +208,15 @@ def measure(runtime, module: torch.fx.GraphModule, input_metas: Sequence[torch.T
             raise InductorSideFailed(f"Inductor could not compile the partition alone: {type(e).__name__}: {e}") \
                 from e
         delegate = None if delegate_timing == "replay" else (lambda: runtime.run(inputs, ()))
-        delegate_ms, inductor_ms = _time_pair(delegate, lambda: compiled(*inputs), runtime.device,
-                                              delegate_timing, inductor_timing)
+        inductor = lambda: compiled(*inputs)  # noqa: E731
+        if inductor_timing == "replay":
+            captured = _captured(inductor, runtime.device)
+            if captured is None:
+                inductor_timing = "device"
+            else:
+                inductor = captured[0].replay
+        delegate_ms, inductor_ms = _time_pair(delegate, inductor, runtime.device, delegate_timing,
+                                              "device" if inductor_timing == "replay" else inductor_timing)
     if delegate is None:
         delegate_ms = float(probe.replay_ms)
     report = getattr(runtime, "report", None)
@@ -210,10 +224,35 @@ def measure(runtime, module: torch.fx.GraphModule, input_metas: Sequence[torch.T
         raise RuntimeError("the engine failed its first call and fell back to Inductor: the delegate side timed "
                            "was that fallback (no verdict stored)")
     charge = delegate_ms if charged else 0.0
-    placed = "inductor" if inductor_ms * MARGIN < delegate_ms + charge else "delegate"
+    placed = _placed(delegate_ms + charge, inductor_ms, cuda_graphs and runtime.device.type == "cuda")
     verdict = Verdict(placed, delegate_ms, inductor_ms, delegate_timing, inductor_timing, sync_charge_ms=charge)
     _store(store, key, verdict)
     return verdict
+
+
+def _placed(delegate_ms: float, inductor_ms: float, replayed: bool) -> str:
+    """Which side a partition goes to: a near tie stays with the delegate, except in a CUDA graph's replay
+    (``replayed``), where it goes to Inductor (module doc)."""
+    if replayed:
+        return "delegate" if delegate_ms * MARGIN < inductor_ms else "inductor"
+    return "inductor" if inductor_ms * MARGIN < delegate_ms else "delegate"
+
+
+def _captured(fn: Callable, device: torch.device):
+    """(graph, outputs): ``fn``'s work captured in a CUDA graph after two warm-up runs, its outputs kept alive for
+    the replays; None when it cannot be captured (the caller then times it uncaptured)."""
+    try:
+        with torch.cuda.device(device):
+            fn()
+            fn()
+            torch.cuda.synchronize(device)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+                outputs = fn()
+        return graph, outputs
+    except Exception as e:  # noqa: BLE001 - timed uncaptured instead; the report says "device time"
+        logger.debug("hybrid_trt: Inductor's side not captured for placement (%s: %s)", type(e).__name__, e)
+        return None
 
 
 def _example(meta: torch.Tensor, device: torch.device, generator: torch.Generator) -> torch.Tensor:
@@ -262,7 +301,7 @@ def _verdict_key(engine_key: str, cuda_graphs: bool, device: torch.device, charg
         f" threads {torch.get_num_threads()}"
     graphs = "graphs" if cuda_graphs and device.type == "cuda" else "plain"
     sync = " sync-charged" if charged else ""  # the same engine may be a graph's whole work in another graph
-    return hashlib.sha256(f"placement 2 {MARGIN} {graphs}{sync} {settings} {engine_key}".encode()).hexdigest()
+    return hashlib.sha256(f"placement 3 {MARGIN} {graphs}{sync} {settings} {engine_key}".encode()).hexdigest()
 
 
 def _stored(store, key: str) -> Optional[Verdict]:

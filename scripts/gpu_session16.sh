@@ -24,6 +24,15 @@ case ${1:?stage} in
       --budget-s ${2:-520} --grace-s 40 --out $L/cg.md > $L/cg.log 2>&1
     echo "cg rc=$?"; cat $L/cg.md
     ;;
+  cg2)  # issue 10: after placement times Inductor's side by its captured replay and gives near ties to Inductor
+         # under graphs; the CUDA placement tests first
+    timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_placement.py > $L/tests2.log 2>&1
+    echo "placement tests rc=$?"; tail -3 $L/tests2.log
+    timeout 420 python3 benchmarks/bench_cudagraphs.py --no-lidar --models ${3:-mobilenet_v3_large,resnet50,efficientnet_b0,detector,resnet18,convnext_tiny} \
+      --configs ${4:-fp32:1,fp16:16} --variants inductor_ro,hybrid_cg_mp,ort_cg \
+      --budget-s ${2:-380} --grace-s 30 --out $L/cg2.md > $L/cg2.log 2>&1
+    echo "cg rc=$?"; cat $L/cg2.md
+    ;;
   conf)  # issue 7: EVA02-T fp16 again (its verdict recorded), the partly delegated rows after the charge, and the
          # view/stride fixes of session 15 on the GPU; the CUDA tests of placement, ordering and graphs beside them
     (timeout 560 python3 -m pytest -q -p no:cacheprovider tests/test_placement.py tests/test_cuda_ordering.py \

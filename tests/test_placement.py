@@ -258,7 +258,7 @@ def test_a_replayed_engine_is_judged_by_its_replay_time():
     verdict = placement.measure(stub, gm.cuda(), metas, EngineStore(None), True, ProbeResult(None, 1e-3))
     assert stub.calls == 0
     assert (verdict.placed, verdict.delegate_ms, verdict.delegate_timing, verdict.inductor_timing) == \
-        ("delegate", 1e-3, "replay", "device"), verdict
+        ("delegate", 1e-3, "replay", "replay"), verdict
     # outside the graphs (not capture-safe) it pays its host time: wall time, and the 20 ms sleep loses
     outside = placement.measure(stub, gm.cuda(), metas, EngineStore(None), True, ProbeResult("injected"))
     assert stub.calls and outside.delegate_timing == "wall" and outside.placed == "inductor", outside
@@ -338,17 +338,17 @@ def test_export_takes_the_same_pass(tmp_path):
 
 
 def test_timings_follow_where_the_engine_will_run():
-    """Without CUDA graphs both sides pay wall time. Under graphs Inductor's side replays (device time); the
-    engine replays too when the capture probe cleared it (its replay time), else it runs outside the graphs and
-    pays its host time (wall time). On the CPU nothing is captured."""
+    """Without CUDA graphs both sides pay wall time. Under graphs Inductor's side is captured and replayed (its
+    replay's device time); the engine replays too when the capture probe cleared it (its replay time), else it
+    runs outside the graphs and pays its host time (wall time). On the CPU nothing is captured."""
     from hybrid_trt.cudagraphs import ProbeResult
     gpu, cpu = torch.device("cuda"), torch.device("cpu")
     cleared, refused = ProbeResult(None, 0.5), ProbeResult("host-function node")
     assert placement.timings(gpu, False, cleared) == ("wall", "wall")
-    assert placement.timings(gpu, True, cleared) == ("replay", "device")
-    assert placement.timings(gpu, True, refused) == ("wall", "device")
-    assert placement.timings(gpu, True, None) == ("wall", "device")  # declared not capture-safe: never probed
-    assert placement.timings(gpu, True, ProbeResult(None, None)) == ("wall", "device")  # replay not timed
+    assert placement.timings(gpu, True, cleared) == ("replay", "replay")
+    assert placement.timings(gpu, True, refused) == ("wall", "replay")
+    assert placement.timings(gpu, True, None) == ("wall", "replay")  # declared not capture-safe: never probed
+    assert placement.timings(gpu, True, ProbeResult(None, None)) == ("wall", "replay")  # replay not timed
     assert placement.timings(cpu, True, cleared) == ("wall", "wall")
 
 
@@ -608,3 +608,16 @@ def test_placement_sees_whether_a_partition_is_its_graphs_whole_work(monkeypatch
     assert_close(whole, expected)
     assert_close(split, expected)
     assert seen == [False, True], seen
+
+
+@pytest.mark.parametrize("replayed, delegate_ms, placed", [
+    (False, 1.0, "delegate"),   # a near tie stays with the delegate without graphs
+    (False, 1.06, "inductor"),  # Inductor must win by the margin
+    (True, 1.0, "inductor"),    # under graphs a near tie goes to Inductor
+    (True, 0.96, "inductor"),
+    (True, 0.9, "delegate"),    # the delegate must win by the margin
+])
+def test_a_near_tie_goes_to_inductor_under_cuda_graphs_only(replayed, delegate_ms, placed):
+    """Measured on the H200: at equal kernel time a delegated partition makes a CUDA-graph replay longer (its own
+    stream, more nodes), so under graphs the delegate must beat Inductor by the margin."""
+    assert placement._placed(delegate_ms, 1.0, replayed) == placed
