@@ -235,6 +235,37 @@ def test_worker_measures_both_against_float64_when_beyond_tolerance(monkeypatch)
     assert f64 and 0 <= f64["eager"] < 1e-5 and 0 <= f64["hybrid"] < 1e-5, res
 
 
+class _FailsInFloat64(torch.nn.Module):
+    """Builds its own float32 tensor and mixes it with its weights' dtype in an op that refuses mixed dtypes, as
+    RAFT's grid_sample does (its coordinates grid is float32 whatever the model's dtype): fine in float32,
+    raises in float64."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3)
+
+    def forward(self, x):
+        y = self.conv(x)
+        grid = torch.zeros(y.shape[0], 2, 2, 2, dtype=torch.float32, device=y.device)
+        return torch.nn.functional.grid_sample(y, grid, align_corners=False) + y.mean()
+
+
+def test_eager_failing_in_float64_is_not_the_compiled_models_failure(monkeypatch):
+    """On the H200 the float64 arbiter of RAFT fp32 raised inside eager PyTorch, and the row said hybrid_trt
+    FAILED although both its calls had matched. The arbiter's failure is recorded as its own."""
+    case = conformance.Case("f64_fails", "test", "classifier",
+                            lambda: (_FailsInFloat64(), (torch.rand(1, 3, 12, 12),)), "1x3x12x12")
+    monkeypatch.setitem(conformance.CASES_BY_NAME, case.name, case)
+    monkeypatch.setitem(conformance.TOLERANCE, "float32", -1.0)  # every output beyond it: the arbiter is asked
+    with pytest.raises(RuntimeError):  # the premise: eager itself fails in float64
+        m64 = _FailsInFloat64().double()
+        m64(torch.rand(1, 3, 12, 12, dtype=torch.float64))
+    torch._dynamo.reset()
+    res = conformance.run_worker(case.name, "cpu", "float32", latency_s=0.05)
+    assert "hybrid_error" not in res and res["hybrid"]["problem"] is None, res
+    assert "float64" not in res and "grid" in res["float64_error"], res
+
+
 def test_slow_row_names_the_placement_verdicts_that_kept_its_partitions():
     """A partition measured and kept on its delegate has no reason of its own; when the row is slow, its verdict
     is the explanation (EVA02-T fp16 on the H200, session 15: delegated whole, 3.6x Inductor, no reason shown)."""
