@@ -110,7 +110,7 @@ def _compile_graph(gm: fx.GraphModule, example_inputs, opts: Options, check_weig
         compiled_weights.update(graph_weights)
         try:
             delegated = _hybrid_graph(aten_gm, graph_weights, len(lifted) + len(example_inputs), opts, report,
-                                      store, policy, loaded)
+                                      store, policy, loaded, continues=_ends_at_graph_break(gm))
         except Exception as e:  # noqa: BLE001 - a bug or failure before any partition is stitched in
             if opts.strict:
                 raise
@@ -321,7 +321,9 @@ def _called_per_call(compiled, per_call: dict, graph_weights: dict, runtimes: li
 
 
 def _hybrid_graph(gm: fx.GraphModule, weights: dict, n_dynamo_inputs: int, opts: Options,
-                  report: CompileReport, store, policy: Policy, loaded: dict):
+                  report: CompileReport, store, policy: Policy, loaded: dict, continues: bool = False):
+    """The partitions of ``gm`` that stay delegated, built. ``continues``: the user's call goes on after this graph
+    (Dynamo ended it at a graph break), so nothing delegated here is the call's last work (placement.py)."""
     t0 = time.perf_counter()
     canonicalize_attention(gm)
     sizes_from_inputs(gm)
@@ -361,7 +363,7 @@ def _hybrid_graph(gm: fx.GraphModule, weights: dict, n_dynamo_inputs: int, opts:
                 if classify(n) is NodeKind.OP:
                     reasons[n] = f"build failed ({part.delegate})"
             continue
-        shares_graph = work > sum(map(_launches_work, part.nodes))
+        shares_graph = continues or work > sum(map(_launches_work, part.nodes))
         built.append((part, ex, runtime,
                       _placement.Candidate(runtime, ex.module, in_metas, symbolic, preport, shares_graph)))
     whys = [None] * len(built)
@@ -386,6 +388,14 @@ def _hybrid_graph(gm: fx.GraphModule, weights: dict, n_dynamo_inputs: int, opts:
         keep_traced_strides(gm, d.nodes, d.extracted.outputs)
     report.partition_seconds = time.perf_counter() - t0
     return delegated
+
+
+def _ends_at_graph_break(gm: fx.GraphModule) -> bool:
+    """Whether Dynamo ended this graph at a graph break, so the same call runs more after it (Python, other graphs).
+    Dynamo records why it compiled a graph on the module it hands the backend; a graph compiled at the frame's
+    return, or not from Dynamo (export), has no break."""
+    reason = getattr(gm, "compile_subgraph_reason", None)
+    return bool(getattr(reason, "graph_break", False))
 
 
 def _launches_work(node: fx.Node) -> bool:

@@ -37,12 +37,15 @@ Inductor's 2.03 ms alone, and the whole call 1.01-1.08x Inductor's; the R-CNN de
 benchmarks/results/sparse_spconv_h200.md, conformance_h200.md). Such a partition is charged its wall time once
 more, the most overlap it can take from the rest of the call: it stays delegated only where it is about twice as
 fast as Inductor. A partition that is its graph's whole work is not charged (nothing of that graph waits for
-it), nor one a CUDA graph replays (a captured run does not synchronise).
+it), unless Dynamo ended the graph at a graph break (the call goes on after it: the torchvision detectors' FCOS
+and Mask R-CNN rows kept whole graphs on ONNX Runtime and stayed slower than Inductor, conformance_h200.md run
+Q), nor is one a CUDA graph replays (a captured run does not synchronise).
 
 What it does not see (so the choice can be wrong by about the size of these): Inductor fusing the partition with
 its neighbours inside the whole graph, the boundary copies either side, and, for the synchronisation, how much
-of the rest of the call would really have overlapped (the charge is its upper bound) and the graphs before and
-after this one in the same call. Partitions with symbolic shapes are
+of the rest of the call would really have overlapped (the charge is its upper bound), and work after a graph
+that Dynamo compiled as a frame of its own (a function the caller goes on from is a frame that simply returns).
+Partitions with symbolic shapes are
 not measured (their engine is built per shape at run time) and stay delegated, with that said in the report.
 
 Verdicts are stored in the engine store beside the engine, under the engine's content key (which covers the
@@ -84,7 +87,7 @@ class Candidate:
     input_metas: list  # its tensor inputs' traced values
     symbolic: bool
     report: object  # its PartitionReport
-    shares_graph: bool = False  # other work of its graph (ops that launch kernels) runs outside it
+    shares_graph: bool = False  # other work of its graph (ops that launch kernels) runs outside it, or after it
 
 
 @dataclasses.dataclass(frozen=True)

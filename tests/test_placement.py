@@ -621,3 +621,30 @@ def test_a_near_tie_goes_to_inductor_under_cuda_graphs_only(replayed, delegate_m
     """Measured on the H200: at equal kernel time a delegated partition makes a CUDA-graph replay longer (its own
     stream, more nodes), so under graphs the delegate must beat Inductor by the margin."""
     assert placement._placed(delegate_ms, 1.0, replayed) == placed
+
+
+class _BreaksAfterNet(Net):
+    """Net whose call goes on after a graph break: its first graph is all delegated, yet not the call's last work."""
+
+    def forward(self, x):
+        y = super().forward(x)
+        torch._dynamo.graph_break()
+        return y * 2
+
+
+def test_a_graph_ended_by_a_graph_break_shares_its_call(monkeypatch):
+    """A wholly delegated graph that Dynamo ended at a graph break is not the call's last work: its partitions are
+    judged as sharing the call (the torchvision detectors' whole-graph backbones on the H200)."""
+    seen = []
+    real = placement.place
+
+    def record(candidates, *args):
+        seen.extend(c.shares_graph for c in candidates)
+        return real(candidates, *args)
+    monkeypatch.setattr(placement, "place", record)
+    model, x = _BreaksAfterNet().eval(), torch.randn(2, 3, 16, 16)
+    with torch.no_grad():
+        expected = model(x)
+        got = torch.compile(model, backend="hybrid_trt", options={"placement": "measured"})(x)
+    assert_close(got, expected)
+    assert seen and seen[0] is True, seen
