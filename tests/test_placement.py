@@ -588,9 +588,8 @@ def test_onnxruntime_declares_its_host_synchronisation_on_cuda_only():
     assert not ort.host_synchronizes(cuda, {"provider": "cpu"})
 
 
-def test_placement_sees_whether_a_partition_is_its_graphs_whole_work(monkeypatch):
-    """The backend tells placement which partitions share their graph with other work (kernels outside them;
-    views do not count): a wholly delegated graph is not, one with an op left to Inductor is."""
+def _record_shares_graph(monkeypatch) -> list:
+    """The ``shares_graph`` of every candidate placement is given, in order, while the test runs."""
     seen = []
     real = placement.place
 
@@ -598,6 +597,13 @@ def test_placement_sees_whether_a_partition_is_its_graphs_whole_work(monkeypatch
         seen.extend(c.shares_graph for c in candidates)
         return real(candidates, *args)
     monkeypatch.setattr(placement, "place", record)
+    return seen
+
+
+def test_placement_sees_whether_a_partition_is_its_graphs_whole_work(monkeypatch):
+    """The backend tells placement which partitions share their graph with other work (kernels outside them;
+    views do not count): a wholly delegated graph is not, one with an op left to Inductor is."""
+    seen = _record_shares_graph(monkeypatch)
     model, x = Net().eval(), torch.randn(2, 3, 16, 16)
     with torch.no_grad():
         expected = model(x)
@@ -635,13 +641,7 @@ class _BreaksAfterNet(Net):
 def test_a_graph_ended_by_a_graph_break_shares_its_call(monkeypatch):
     """A wholly delegated graph that Dynamo ended at a graph break is not the call's last work: its partitions are
     judged as sharing the call (the torchvision detectors' whole-graph backbones on the H200)."""
-    seen = []
-    real = placement.place
-
-    def record(candidates, *args):
-        seen.extend(c.shares_graph for c in candidates)
-        return real(candidates, *args)
-    monkeypatch.setattr(placement, "place", record)
+    seen = _record_shares_graph(monkeypatch)
     model, x = _BreaksAfterNet().eval(), torch.randn(2, 3, 16, 16)
     with torch.no_grad():
         expected = model(x)
