@@ -19,9 +19,9 @@ cost there. A capture-safe engine is replayed: the capture probe (capture_probe.
 under CUDA graphs anyway, times its captured replay in its own process. (Inductor's side timed uncaptured
 over-counted it: on the H200, MobileNetV3-Large fp32 batch 1 read 0.755 ms where its kernels took 0.650 ms of
 GPU time inside Inductor's own CUDA graph, so ONNX Runtime's 0.735 ms replay was kept and the model ran 1.05x
-Inductor's reduce-overhead; benchmarks/results/cudagraphs_h200.md, session 16.) (The device time of an uncaptured ONNX Runtime run over-counted it: on the H200,
-ResNet-18 fp32 batch 16 read 3.34 ms where ONNX Runtime's own CUDA graph of the model replays in 2.83, and went
-to Inductor.) An engine that must run outside the graphs pays its host time at every call: it is timed by
+Inductor's reduce-overhead; benchmarks/results/cudagraphs_h200.md, session 16. The device time of an uncaptured
+ONNX Runtime run over-counted the delegate the same way: ResNet-18 fp32 batch 16 read 3.34 ms where ONNX
+Runtime's own CUDA graph of the model replays in 2.83, and went to Inductor.) An engine that must run outside the graphs pays its host time at every call: it is timed by
 wall time. Without CUDA graphs Inductor is chosen only when it beats the delegate by ``MARGIN``: a near tie stays
 with the delegate the user asked for. Under CUDA graphs it is the other way round, the delegate must beat
 Inductor by ``MARGIN``: at equal kernel time a delegated partition still costs the replay more (its kernels on a
@@ -103,7 +103,7 @@ class Verdict:
 
     def text(self) -> str:
         faster = "Inductor" if self.placed == "inductor" else "the delegate"
-        charge = (f" + {self.sync_charge_ms:.3f} ms for its host synchronisation (the rest of its graph waits)"
+        charge = (f" + {self.sync_charge_ms:.3f} ms for its host synchronisation (the rest of the call waits)"
                   if self.sync_charge_ms else "")
         return (f"measured{' (stored)' if self.stored else ''}: delegate {self.delegate_ms:.3f} ms "
                 f"({_HOW[self.delegate_timing]}){charge}, Inductor {self.inductor_ms:.3f} ms "
@@ -150,7 +150,8 @@ def timings(device: torch.device, cuda_graphs: bool, probe) -> tuple:
 
 def sync_charged(runtime, delegate_timing: str, shares_graph: bool) -> bool:
     """Whether the partition pays for its host synchronisation (module doc): its engine runs uncaptured on a GPU
-    (timed by wall time), its delegate blocks the host there, and other work of its graph runs outside it."""
+    (timed by wall time), its delegate blocks the host there, and other work of the call runs outside it (in its
+    graph, or after the graph break that ends it)."""
     return shares_graph and delegate_timing == "wall" and runtime.device.type == "cuda" \
         and runtime.delegate.host_synchronizes(runtime.device, runtime.delegate_options)
 
