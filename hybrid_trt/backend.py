@@ -85,6 +85,7 @@ def _compile_graph(gm: fx.GraphModule, example_inputs, opts: Options, check_weig
         with cudagraphs.compiling(opts):
             return _inductor_alone(gm, example_inputs, opts)
     weights = {i: example_inputs[i] for i in weight_input_indices(example_inputs)}
+    continues = _ends_at_graph_break(gm)  # the call goes on after this graph (placement.py)
     original = _baked_weights.copy_graph(gm) if weights and check_weights else None  # for calls with other weights
     store = engine_store(opts)
     policy = Policy(opts.strict, opts.max_engines_per_partition)
@@ -110,7 +111,7 @@ def _compile_graph(gm: fx.GraphModule, example_inputs, opts: Options, check_weig
         compiled_weights.update(graph_weights)
         try:
             delegated = _hybrid_graph(aten_gm, graph_weights, len(lifted) + len(example_inputs), opts, report,
-                                      store, policy, loaded, continues=_ends_at_graph_break(gm))
+                                      store, policy, loaded, continues=continues)
         except Exception as e:  # noqa: BLE001 - a bug or failure before any partition is stitched in
             if opts.strict:
                 raise
@@ -155,7 +156,8 @@ def _compile_graph(gm: fx.GraphModule, example_inputs, opts: Options, check_weig
         with source_hashes_in_background() as start_hashing:  # Inductor's cache key needs them
             t0 = time.perf_counter()
             # They overlap with the engine loads unless the stored graph is called directly (no Inductor at all).
-            graph = open_graph(store, _with_traced_state(graph_key(gm, example_inputs, weights, opts)), policy,
+            graph = open_graph(store, _with_traced_state(graph_key(gm, example_inputs, weights, opts), continues),
+                               policy,
                                before_loads=lambda
                                stored: None if _stored_direct(stored, opts) else start_hashing())
             logger.debug("hybrid_trt: graph %d key and stored engines in %.3f s", report.graph_index,
@@ -183,7 +185,7 @@ def _compile_graph(gm: fx.GraphModule, example_inputs, opts: Options, check_weig
     return _checked(called, weights, original, report, opts) if runtimes and original is not None else called
 
 
-def _with_traced_state(key: str) -> str:
+def _with_traced_state(key: str, continues: bool = False) -> str:
     """``key`` (the captured graph's) extended by the global state AOTAutograd traces it under. Dynamo's graph is
     the same code inside and outside ``torch.autocast``; the casts are added when it is traced, so a graph first
     compiled in float32 and stored was served, engines and all, to the same model called under autocast (float32
@@ -193,6 +195,8 @@ def _with_traced_state(key: str) -> str:
                 if torch.is_autocast_enabled(device)}
     state = (f"autocast={sorted(autocast.items())} deterministic={torch.are_deterministic_algorithms_enabled()} "
              f"default_dtype={torch.get_default_dtype()}")
+    if continues:  # placement judged its partitions as followed by more of the call (placement.py)
+        state += " ends_at_graph_break"
     return hashlib.sha256(f"{key} {state}".encode()).hexdigest()
 
 

@@ -49,8 +49,10 @@ Partitions with symbolic shapes are
 not measured (their engine is built per shape at run time) and stay delegated, with that said in the report.
 
 Verdicts are stored in the engine store beside the engine, under the engine's content key (which covers the
-versions and the GPU), whether CUDA graphs are on, and the settings Inductor's side runs under (TF32, CPU
-threads), so a warm start does not time again. Timing noise makes the verdict a property of the machine it ran
+versions and the GPU), whether CUDA graphs are on, whether the partition is liable to the synchronisation charge
+(other work of the call outside it, and a delegate that synchronises: the same engine can be a graph's whole work
+elsewhere), and the settings Inductor's side runs under (TF32, CPU threads), so a warm start does not time
+again. Timing noise makes the verdict a property of the machine it ran
 on: an exported package keeps the export machine's placement.
 """
 from __future__ import annotations
@@ -66,7 +68,7 @@ import torch
 from .log import logger
 from .timing import device_sampler, wall_sampler
 
-MARGIN = 1.05  # Inductor must be this much faster to take a partition from its delegate
+MARGIN = 1.05  # how much faster a side must be to win a near tie: Inductor without CUDA graphs, the delegate under
 _WARMUP = 3
 _MIN_SAMPLES = 7
 _MAX_SAMPLES = 60
@@ -124,7 +126,8 @@ def _probe_for_replay(candidates: Sequence[Candidate], cuda_graphs: bool, store)
     todo = []
     for c in candidates:
         rt = c.runtime
-        if not (cuda_graphs and rt.device.type == "cuda") or _stored(store, _verdict_key(rt.key, True, rt.device)):
+        if not (cuda_graphs and rt.device.type == "cuda") or \
+                _stored(store, _verdict_key(rt.key, True, rt.device, liable_to_sync_charge(rt, c.shares_graph))):
             continue
         if rt.delegate.capture_unsafe_reason(rt.device, rt.delegate_options) is None:
             todo.append((rt, c.input_metas, []))
@@ -148,12 +151,18 @@ def timings(device: torch.device, cuda_graphs: bool, probe) -> tuple:
     return "wall", "replay"  # the engine runs outside the graphs: it pays its host time at every call
 
 
-def sync_charged(runtime, delegate_timing: str, shares_graph: bool) -> bool:
-    """Whether the partition pays for its host synchronisation (module doc): its engine runs uncaptured on a GPU
-    (timed by wall time), its delegate blocks the host there, and other work of the call runs outside it (in its
-    graph, or after the graph break that ends it)."""
-    return shares_graph and delegate_timing == "wall" and runtime.device.type == "cuda" \
+def liable_to_sync_charge(runtime, shares_graph: bool) -> bool:
+    """Whether the partition pays for its host synchronisation whenever its engine runs uncaptured (module doc):
+    its delegate blocks the host on this GPU, and other work of the call runs outside it (in its graph, or after
+    the graph break that ends it). Part of the verdict's key: it does not depend on how the engine is timed, so a
+    warm start that skips the capture probe finds the verdict the probe's timing gave."""
+    return shares_graph and runtime.device.type == "cuda" \
         and runtime.delegate.host_synchronizes(runtime.device, runtime.delegate_options)
+
+
+def sync_charged(runtime, delegate_timing: str, shares_graph: bool) -> bool:
+    """Whether this measurement charges the synchronisation: liable, and the engine runs uncaptured (wall time)."""
+    return delegate_timing == "wall" and liable_to_sync_charge(runtime, shares_graph)
 
 
 def decide(c: Candidate, cuda_graphs: bool, strict: bool, store, probe=None) -> Optional[str]:
@@ -189,12 +198,12 @@ def measure(runtime, module: torch.fx.GraphModule, input_metas: Sequence[torch.T
     ``shares_graph``: other work of its graph runs outside it (see the module doc on host synchronisation).
 
     Raises when either side cannot run; the caller keeps the partition delegated and records why."""
-    delegate_timing, inductor_timing = timings(runtime.device, cuda_graphs, probe)
-    charged = sync_charged(runtime, delegate_timing, shares_graph)
-    key = _verdict_key(runtime.key, cuda_graphs, runtime.device, charged)
+    key = _verdict_key(runtime.key, cuda_graphs, runtime.device, liable_to_sync_charge(runtime, shares_graph))
     stored = _stored(store, key)
     if stored is not None:
         return stored
+    delegate_timing, inductor_timing = timings(runtime.device, cuda_graphs, probe)
+    charged = sync_charged(runtime, delegate_timing, shares_graph)
     from torch._guards import tracing
     from torch._inductor import config as inductor_config
     from torch._inductor.compile_fx import compile_fx
@@ -244,19 +253,29 @@ def _placed(delegate_ms: float, inductor_ms: float, replayed: bool) -> str:
 
 def _captured(fn: Callable, device: torch.device):
     """(graph, outputs): ``fn``'s work captured in a CUDA graph after two warm-up runs, its outputs kept alive for
-    the replays; None when it cannot be captured (the caller then times it uncaptured)."""
+    the replays; None when it cannot be captured (the caller then times it uncaptured).
+
+    On a stream of ``device``'s own, warm-up included: torch.cuda.graph's default capture stream is made on
+    whichever device was current at the process's first capture. The caller's current stream is restored
+    whatever happens: when a capture fails at its end, torch.cuda.graph leaves the thread on its capture stream."""
+    caller = torch.cuda.current_stream(device)
+    stream = torch.cuda.Stream(device)
     try:
         with torch.cuda.device(device):
-            fn()
-            fn()
+            stream.wait_stream(caller)  # the inputs were made on the caller's stream
+            with torch.cuda.stream(stream):
+                fn()
+                fn()
             torch.cuda.synchronize(device)
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+            with torch.cuda.graph(graph, stream=stream, capture_error_mode="thread_local"):
                 outputs = fn()
         return graph, outputs
     except Exception as e:  # noqa: BLE001 - timed uncaptured instead; the report says "device time"
         logger.debug("hybrid_trt: Inductor's side not captured for placement (%s: %s)", type(e).__name__, e)
         return None
+    finally:
+        torch.cuda.set_stream(caller)
 
 
 def _example(meta: torch.Tensor, device: torch.device, generator: torch.Generator) -> torch.Tensor:
@@ -296,7 +315,7 @@ def _time_pair(delegate: Optional[Callable], inductor: Callable, device: torch.d
     return delegate_ms, statistics.median(times[id(inductor)])
 
 
-def _verdict_key(engine_key: str, cuda_graphs: bool, device: torch.device, charged: bool = False) -> str:
+def _verdict_key(engine_key: str, cuda_graphs: bool, device: torch.device, liable: bool = False) -> str:
     # Besides the engine's key: whether it runs under CUDA graphs (what is timed) and the process settings
     # Inductor's side runs under (TF32 in fp32 matmuls and cuDNN convolutions; CPU kernels' thread count): the
     # engine's key holds only the delegate's own settings.
@@ -304,7 +323,7 @@ def _verdict_key(engine_key: str, cuda_graphs: bool, device: torch.device, charg
     settings += f" cudnn tf32 {torch.backends.cudnn.allow_tf32}" if device.type == "cuda" else \
         f" threads {torch.get_num_threads()}"
     graphs = "graphs" if cuda_graphs and device.type == "cuda" else "plain"
-    sync = " sync-charged" if charged else ""  # the same engine may be a graph's whole work in another graph
+    sync = " sync-liable" if liable else ""  # the same engine may be a graph's whole work in another graph
     return hashlib.sha256(f"placement 3 {MARGIN} {graphs}{sync} {settings} {engine_key}".encode()).hexdigest()
 
 

@@ -648,3 +648,36 @@ def test_a_graph_ended_by_a_graph_break_shares_its_call(monkeypatch):
         got = torch.compile(model, backend="hybrid_trt", options={"placement": "measured"})(x)
     assert_close(got, expected)
     assert seen and seen[0] is True, seen
+
+
+def test_a_warm_start_finds_the_verdict_its_probe_timed(tmp_path, monkeypatch):
+    """Under CUDA graphs a capture-safe engine that shares its call is judged by its replay, uncharged (a replay
+    does not synchronise), and stored. A warm start finds that verdict and skips the probe; without the probe's
+    replay time the engine would be timed by wall time and charged, so the verdict must be found under the same
+    key, whatever the timing (review of session 16: it was stored under one key and looked up under another)."""
+    from hybrid_trt import cudagraphs
+    probed = []
+    monkeypatch.setattr(cudagraphs, "probe_engines", lambda entries, time_replay=False: probed.append(entries) or {})
+    gm, metas = _small_module()
+    stub = _StubRuntime("w" * 64, 0.0, [])
+    stub.device, stub.delegate, stub.delegate_options = torch.device("cuda"), _SyncingDelegate(True), {}
+    store = EngineStore(tmp_path / "store")
+    key = placement._verdict_key(stub.key, True, stub.device, placement.liable_to_sync_charge(stub, True))
+    placement._store(store, key, placement.Verdict("delegate", 0.5, 0.8, "replay", "replay"))  # the cold verdict
+    candidate = placement.Candidate(stub, gm, metas, False, None, shares_graph=True)
+    assert placement._probe_for_replay([candidate], True, store) == {} and not probed
+    warm = placement.measure(stub, gm, metas, store, True, None, True)  # no probe result: nothing may run
+    assert warm.stored and (warm.placed, warm.delegate_timing, warm.sync_charge_ms) == ("delegate", "replay", 0.0)
+    assert stub.calls == 0
+
+
+def test_graph_break_flag_survives_the_copy_for_other_weights_and_keys_the_graph():
+    """The copy compiled for another weight set keeps Dynamo's graph-break record (placement reads it), and the
+    stored graph's key says whether the graph ended at a break (its placement depends on it)."""
+    from hybrid_trt import backend
+    from hybrid_trt.stitch.baked_weights import copy_graph
+    gm, _ = _small_module()
+    gm.compile_subgraph_reason = type("Reason", (), {"graph_break": True})()
+    assert backend._ends_at_graph_break(copy_graph(gm))
+    assert not backend._ends_at_graph_break(_small_module()[0])
+    assert backend._with_traced_state("k", True) != backend._with_traced_state("k", False)

@@ -52,7 +52,10 @@ def copy_graph(gm: fx.GraphModule) -> fx.GraphModule:
     graph._codegen = gm.graph._codegen
     out = graph.graph_copy(gm.graph, {})
     graph.output(out)
-    return fx.GraphModule(gm, graph)
+    copy = fx.GraphModule(gm, graph)
+    if hasattr(gm, "compile_subgraph_reason"):  # Dynamo's record of a graph break, which placement reads
+        copy.compile_subgraph_reason = gm.compile_subgraph_reason
+    return copy
 
 
 MAX_WEIGHT_SETS = 16  # compiles with engines per captured graph; further weight sets run through Inductor alone
