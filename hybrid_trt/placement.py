@@ -195,7 +195,8 @@ def measure(runtime, module: torch.fx.GraphModule, input_metas: Sequence[torch.T
             cuda_graphs: bool = False, probe=None, shares_graph: bool = False) -> Verdict:
     """The verdict for a built static partition: read from ``store``, else timed (and stored). ``probe``: its
     capture probe result under CUDA graphs (``cudagraphs.ProbeResult``), which holds its replay time;
-    ``shares_graph``: other work of its graph runs outside it (see the module doc on host synchronisation).
+    ``shares_graph``: other work of the call runs outside it, in its graph or after the graph break that ends it
+    (see the module doc on host synchronisation).
 
     Raises when either side cannot run; the caller keeps the partition delegated and records why."""
     key = _verdict_key(runtime.key, cuda_graphs, runtime.device, liable_to_sync_charge(runtime, shares_graph))
@@ -316,7 +317,8 @@ def _time_pair(delegate: Optional[Callable], inductor: Callable, device: torch.d
 
 
 def _verdict_key(engine_key: str, cuda_graphs: bool, device: torch.device, liable: bool = False) -> str:
-    # Besides the engine's key: whether it runs under CUDA graphs (what is timed) and the process settings
+    # Besides the engine's key: whether it runs under CUDA graphs (what is timed), whether it is liable to the
+    # synchronisation charge (liable_to_sync_charge, not whether this timing charged it), and the process settings
     # Inductor's side runs under (TF32 in fp32 matmuls and cuDNN convolutions; CPU kernels' thread count): the
     # engine's key holds only the delegate's own settings.
     settings = f"matmul {torch.get_float32_matmul_precision()}"
