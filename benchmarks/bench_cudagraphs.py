@@ -9,6 +9,8 @@ with CUDA graphs, ONNX Runtime on the whole model (CUDA provider) and the same w
 (``enable_cuda_graph``; exported with torch.onnx, the row says so where export or the graph fails). Each callable
 is checked against eager, then all are timed in interleaved rounds (median wall time per call, synchronised).
 Recipe variants (hybrid_cg_mp_recipe, inductor_ro_recipe): their base plus README "Per-call cost"'s guard recipe.
+Inductor r-o copy: Inductor `reduce-overhead` on a deep copy of the model, an A/A pair with Inductor r-o (the spread
+between two compiles of one program, in the same rounds).
 TF32 is off everywhere, and so is ONNX Runtime's ``use_tf32`` for float32 models; an fp16 model's session has it
 on, as hybrid_trt's fp16 engines do (hybrid_trt/delegates/tf32.py: TF32 reaches no fp16 op, but ``use_tf32=0``
 keeps ONNX Runtime's fp16 convolutions off the tensor cores). No max-autotune anywhere.
@@ -21,6 +23,7 @@ budget lasts; the rest are listed as not run. The table is rewritten after every
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import statistics
@@ -38,12 +41,13 @@ MODELS = ("resnet18", "detector", "resnet50", "mobilenet_v3_large", "efficientne
 CONFIGS = ("fp16:1", "fp32:1", "fp16:16", "fp32:16")
 VARIANTS = ("eager", "inductor", "inductor_ro", "hybrid", "hybrid_cg", "hybrid_mp", "hybrid_cg_mp", "hybrid_nhwc",
             "hybrid_cg_nhwc", "hybrid_mp_nhwc", "hybrid_cg_mp_nhwc", "ort", "ort_cg", "hybrid_cg_mp_recipe",
-            "inductor_ro_recipe")
+            "inductor_ro_recipe", "inductor_ro_copy")
 LABELS = {"eager": "eager", "inductor": "Inductor", "inductor_ro": "Inductor r-o", "hybrid": "hybrid",
           "hybrid_cg": "hybrid CG", "hybrid_mp": "hybrid MP", "hybrid_cg_mp": "hybrid CG MP",
           "hybrid_nhwc": "hybrid NHWC", "hybrid_cg_nhwc": "hybrid CG NHWC", "hybrid_mp_nhwc": "hybrid MP NHWC",
           "hybrid_cg_mp_nhwc": "hybrid CG MP NHWC", "ort": "ORT", "ort_cg": "ORT CG",
-          "hybrid_cg_mp_recipe": "hybrid CG MP recipe", "inductor_ro_recipe": "Inductor r-o recipe"}
+          "hybrid_cg_mp_recipe": "hybrid CG MP recipe", "inductor_ro_recipe": "Inductor r-o recipe",
+          "inductor_ro_copy": "Inductor r-o copy"}
 # MP: placement="measured" (hybrid_trt/placement.py): partitions stay delegated only where measured faster.
 # "hybrid CG" pins placement="delegate" (every supported partition delegated, the rows before the default
 # changed); "hybrid CG MP" is what mode="reduce-overhead" does by default on a GPU since then (placement "auto").
@@ -57,6 +61,9 @@ _OPTIONS = {**{k: {**v, "onnxruntime_cuda_layout": "nchw"} for k, v in _OPTIONS.
 # "recipe_free_tensors"): these Dynamo settings while the frame compiles (Dynamo builds the guards then, at the first
 # call) and, for hybrid_trt, guard_filter_fn=hybrid_trt.skip_guards_on_baked_weights. They thin Dynamo's frame.
 _RECIPE = {"hybrid_cg_mp_recipe": "hybrid_cg_mp", "inductor_ro_recipe": "inductor_ro"}
+# "Inductor r-o copy": Inductor reduce-overhead once more, on a deep copy of the model (its own parameters, so its own
+# Dynamo entry, compiled graph and CUDA graph). Its ratio to "Inductor r-o" is the spread between two compiles of one
+# program in the same rounds: a hybrid ratio within it is no difference this benchmark can see.
 _RECIPE_PATCH = {"use_recursive_dict_tags_for_guards": True, "install_free_tensors": True}
 
 
@@ -166,6 +173,8 @@ def _compiled(v: str, model, fullgraph: bool = False):
     if v == "eager":
         return model
     base = _RECIPE.get(v, v)
+    if v == "inductor_ro_copy":
+        model, base = copy.deepcopy(model), "inductor_ro"
     if base in ("inductor", "inductor_ro"):
         fn = torch.compile(model, backend="inductor", mode="reduce-overhead" if base == "inductor_ro" else None,
                            fullgraph=fullgraph)
@@ -360,8 +369,8 @@ def to_markdown(rows: list, header: str, variants) -> str:
              "| model | dtype | batch | " + " | ".join(f"{LABELS.get(v, v)} ms" for v in variants)
              + " | hybrid CG / Inductor r-o | hybrid CG MP / Inductor r-o | hybrid CG / ORT CG | CUDA graphs (hybrid)"
                " | max rel err (hybrid CG, hybrid CG MP, ORT CG) | compile s (hybrid CG, hybrid CG MP)"
-               " | NHWC variants / Inductor r-o, / ORT CG |",
-             "|" + "---|" * (len(variants) + 10)]
+               " | NHWC variants / Inductor r-o, / ORT CG | Inductor r-o copy / Inductor r-o (A/A) |",
+             "|" + "---|" * (len(variants) + 11)]
     notes = []
     for r in rows:
         label = f"| {r['model']} | {r['dtype']} | {r['batch']} |"
@@ -378,7 +387,8 @@ def to_markdown(rows: list, header: str, variants) -> str:
               f"{err.get('hybrid_cg_mp', float('nan')):.1e}, {err.get('ort_cg', float('nan')):.1e}"
             + f" | {r.get('compile_s', {}).get('hybrid_cg', '-')}, {r.get('compile_s', {}).get('hybrid_cg_mp', '-')}"
             + " | " + "; ".join(f"{LABELS[v]} {_ratio(ms.get(v), ms.get('inductor_ro'))}, {_ratio(ms.get(v), ms.get('ort_cg'))}"
-                                for v in variants if v.endswith("_nhwc") and v.startswith("hybrid_cg")) + " |")
+                                for v in variants if v.endswith("_nhwc") and v.startswith("hybrid_cg"))
+            + f" | {_ratio(ms.get('inductor_ro_copy'), ms.get('inductor_ro'))} |")
         errs = ", ".join(f"{LABELS[v]} {err[v]:.1e}" for v in variants if v.endswith("_nhwc") and v in err)
         if errs:
             notes.append(f"- {r['model']} {r['dtype']} b{r['batch']} max rel err of the NHWC variants: {errs}")
