@@ -45,8 +45,12 @@ What it does not see (so the choice can be wrong by about the size of these): In
 its neighbours inside the whole graph, the boundary copies either side, and, for the synchronisation, how much
 of the rest of the call would really have overlapped (the charge is its upper bound), and work after a graph
 that Dynamo compiled as a frame of its own (a function the caller goes on from is a frame that simply returns).
-Partitions with symbolic shapes are
-not measured (their engine is built per shape at run time) and stay delegated, with that said in the report.
+A partition with symbolic shapes is measured at the shape Dynamo traced it with (its sizes' example values, the
+shape its lowering and key use): its engine for that shape is the one the first call of that shape runs, and
+Inductor's side is compiled for it. The verdict holds for every shape of the partition. Left delegated unmeasured,
+such partitions were what kept the torchvision detectors slower than Inductor on the H200 once every static
+partition had been measured (FCOS: the only two partitions still delegated, 41 of 1296 ops, both symbolic, and
+1.24x Inductor's time; Mask R-CNN six of seven; conformance_h200.md run R).
 
 Verdicts are stored in the engine store beside the engine, under the engine's content key (which covers the
 versions and the GPU), whether CUDA graphs are on, whether the partition is liable to the synchronisation charge
@@ -65,6 +69,7 @@ from typing import Callable, Optional, Sequence
 
 import torch
 
+from .engines.runtime import hint_shapes
 from .log import logger
 from .timing import device_sampler, wall_sampler
 
@@ -102,12 +107,14 @@ class Verdict:
     inductor_timing: str  # "wall" | "device" | "replay" (device time of its captured replay)
     stored: bool = False  # read from the engine store (measured by an earlier process)
     sync_charge_ms: float = 0.0  # added to the delegate's time for its host synchronisation (module doc)
+    traced_shape: str = ""  # a symbolic partition's: the shape it was measured at (module doc)
 
     def text(self) -> str:
         faster = "Inductor" if self.placed == "inductor" else "the delegate"
         charge = (f" + {self.sync_charge_ms:.3f} ms for its host synchronisation (the rest of the call waits)"
                   if self.sync_charge_ms else "")
-        return (f"measured{' (stored)' if self.stored else ''}: delegate {self.delegate_ms:.3f} ms "
+        at = f" at its traced shape {self.traced_shape}" if self.traced_shape else ""
+        return (f"measured{' (stored)' if self.stored else ''}{at}: delegate {self.delegate_ms:.3f} ms "
                 f"({_HOW[self.delegate_timing]}){charge}, Inductor {self.inductor_ms:.3f} ms "
                 f"({_HOW[self.inductor_timing]}) per call; kept on {faster}")
 
@@ -116,7 +123,7 @@ def place(candidates: Sequence[Candidate], cuda_graphs: bool, strict: bool, stor
     """Per candidate: why it goes to Inductor instead, or None (it stays delegated). Under CUDA graphs the
     engines to be replayed are probed first, all in one capture-probe process (whose verdicts the capture plan
     then reuses)."""
-    probes = _probe_for_replay([c for c in candidates if not c.symbolic], cuda_graphs, store)
+    probes = _probe_for_replay(candidates, cuda_graphs, store)
     return [decide(c, cuda_graphs, strict, store, probes.get(c.runtime.key)) for c in candidates]
 
 
@@ -130,7 +137,7 @@ def _probe_for_replay(candidates: Sequence[Candidate], cuda_graphs: bool, store)
                 _stored(store, _verdict_key(rt.key, True, rt.device, liable_to_sync_charge(rt, c.shares_graph))):
             continue
         if rt.delegate.capture_unsafe_reason(rt.device, rt.delegate_options) is None:
-            todo.append((rt, c.input_metas, []))
+            todo.append((rt, c.input_metas, _size_metas(c)))  # probed at the traced shape, as the capture plan does
     if not todo:
         return {}
     from .cudagraphs import probe_engines
@@ -169,9 +176,6 @@ def decide(c: Candidate, cuda_graphs: bool, strict: bool, store, probe=None) -> 
     """Why the built partition goes to Inductor instead, or None (it stays delegated). The timings, or why there
     are none, go to its report row (``placement``) either way."""
     preport = c.report
-    if c.symbolic:
-        preport.placement = "not measured: symbolic shapes (engines are built per shape at run time)"
-        return None
     try:
         verdict = measure(c.runtime, c.module, c.input_metas, store, cuda_graphs, probe, c.shares_graph)
     except Exception as e:  # noqa: BLE001 - the partition stays with its delegate; the report says why
@@ -193,7 +197,8 @@ def decide(c: Candidate, cuda_graphs: bool, strict: bool, store, probe=None) -> 
 
 def measure(runtime, module: torch.fx.GraphModule, input_metas: Sequence[torch.Tensor], store,
             cuda_graphs: bool = False, probe=None, shares_graph: bool = False) -> Verdict:
-    """The verdict for a built static partition: read from ``store``, else timed (and stored). ``probe``: its
+    """The verdict for a built partition (a symbolic one at its traced shape): read from ``store``, else timed (and
+    stored). ``probe``: its
     capture probe result under CUDA graphs (``cudagraphs.ProbeResult``), which holds its replay time;
     ``shares_graph``: other work of the call runs outside it, in its graph or after the graph break that ends it
     (see the module doc on host synchronisation).
@@ -214,15 +219,16 @@ def measure(runtime, module: torch.fx.GraphModule, input_metas: Sequence[torch.T
     with unset_fake_temporarily(), tracing(None), torch.no_grad():
         # A generator of its own: the user's random stream is left as it was (export does not restore it).
         generator = torch.Generator(device=runtime.device).manual_seed(0)
-        inputs = [_example(m, runtime.device, generator) for m in input_metas]
+        shapes, sizes = hint_shapes(input_metas, _n_size_inputs(module, input_metas), module)
+        inputs = [_example(m, shape, runtime.device, generator) for m, shape in zip(input_metas, shapes)]
         try:
             with inductor_config.patch({"triton.cudagraphs": False}):
-                compiled = compile_fx(module, inputs)
+                compiled = compile_fx(module, [*inputs, *sizes])
         except Exception as e:  # noqa: BLE001 - no comparison to make; not the delegate's failure
             raise InductorSideFailed(f"Inductor could not compile the partition alone: {type(e).__name__}: {e}") \
                 from e
-        delegate = None if delegate_timing == "replay" else (lambda: runtime.run(inputs, ()))
-        inductor = lambda: compiled(*inputs)  # noqa: E731
+        delegate = None if delegate_timing == "replay" else (lambda: runtime.run(inputs, sizes))
+        inductor = lambda: compiled(*inputs, *sizes)  # noqa: E731
         if inductor_timing == "replay":
             captured = _captured(inductor, runtime.device)
             if captured is None:
@@ -239,9 +245,29 @@ def measure(runtime, module: torch.fx.GraphModule, input_metas: Sequence[torch.T
                            "was that fallback (no verdict stored)")
     charge = delegate_ms if charged else 0.0
     placed = _placed(delegate_ms + charge, inductor_ms, cuda_graphs and runtime.device.type == "cuda")
-    verdict = Verdict(placed, delegate_ms, inductor_ms, delegate_timing, inductor_timing, sync_charge_ms=charge)
+    traced = _shape_text(shapes, sizes) if getattr(runtime, "symbolic", False) else ""
+    verdict = Verdict(placed, delegate_ms, inductor_ms, delegate_timing, inductor_timing, sync_charge_ms=charge,
+                      traced_shape=traced)
     _store(store, key, verdict)
     return verdict
+
+
+def _size_metas(c: Candidate) -> list:
+    """The traced values of a candidate's size arguments (SymInts of a symbolic partition; none for a static one)."""
+    if c.module is None:
+        return []
+    placeholders = [n for n in c.module.graph.nodes if n.op == "placeholder"]
+    return [n.meta["val"] for n in placeholders[len(c.input_metas):]]
+
+
+def _n_size_inputs(module: torch.fx.GraphModule, input_metas: Sequence) -> int:
+    """How many size arguments follow the tensor inputs: a partition's module is ``forward(*tensors, *sizes)``."""
+    return sum(n.op == "placeholder" for n in module.graph.nodes) - len(input_metas)
+
+
+def _shape_text(shapes, sizes) -> str:
+    text = ", ".join("x".join(map(str, s)) or "scalar" for s in shapes)
+    return text + (f" (sizes {list(sizes)})" if sizes else "")
 
 
 def _placed(delegate_ms: float, inductor_ms: float, replayed: bool) -> str:
@@ -279,8 +305,7 @@ def _captured(fn: Callable, device: torch.device):
         torch.cuda.set_stream(caller)
 
 
-def _example(meta: torch.Tensor, device: torch.device, generator: torch.Generator) -> torch.Tensor:
-    shape = tuple(int(s) for s in meta.shape)
+def _example(meta: torch.Tensor, shape: tuple, device: torch.device, generator: torch.Generator) -> torch.Tensor:
     if meta.dtype.is_floating_point or meta.dtype.is_complex:
         return torch.randn(shape, device=device, generator=generator).to(meta.dtype)
     return torch.zeros(shape, dtype=meta.dtype, device=device)
@@ -341,7 +366,8 @@ def _stored(store, key: str) -> Optional[Verdict]:
     try:
         verdict = Verdict(str(meta["placed"]), float(meta["delegate_ms"]), float(meta["inductor_ms"]),
                           str(meta["delegate_timing"]), str(meta["inductor_timing"]), stored=True,
-                          sync_charge_ms=float(meta.get("sync_charge_ms", 0.0)))
+                          sync_charge_ms=float(meta.get("sync_charge_ms", 0.0)),
+                          traced_shape=str(meta.get("traced_shape", "")))
     except (KeyError, TypeError, ValueError):
         return None
     return verdict if verdict.delegate_timing in _HOW and verdict.inductor_timing in _HOW else None
@@ -352,6 +378,6 @@ def _store(store, key: str, verdict: Verdict) -> None:
         store.put(key, {}, {"kind": "placement", "placed": verdict.placed, "delegate_ms": verdict.delegate_ms,
                             "inductor_ms": verdict.inductor_ms, "delegate_timing": verdict.delegate_timing,
                             "inductor_timing": verdict.inductor_timing,
-                            "sync_charge_ms": verdict.sync_charge_ms})
+                            "sync_charge_ms": verdict.sync_charge_ms, "traced_shape": verdict.traced_shape})
     except Exception as e:  # noqa: BLE001 - storing is best effort; the verdict holds for this compile
         logger.debug("hybrid_trt: placement verdict not stored: %s", e)

@@ -172,7 +172,7 @@ def prepare_runtime(*, name: str, module: fx.GraphModule, delegate: str, delegat
     Lowers the partition to compute its key (a symbolic partition at its size hints); ``loaded``: runtimes this
     compile already loaded by key (from the graph manifest), used instead of loading them again. Raises
     DelegateBuildError when the partition cannot be lowered or built."""
-    shapes, sizes = _hint_shapes(input_metas, n_sizes, module)
+    shapes, sizes = hint_shapes(input_metas, n_sizes, module)
     dtypes = [m.dtype for m in input_metas]
     env = environment(delegate, device)
     t0 = time.perf_counter()
@@ -732,7 +732,8 @@ def _hint(size) -> int:
     return hint_int(size)
 
 
-def _hint_shapes(input_metas, n_sizes: int, module: fx.GraphModule):
+def hint_shapes(input_metas, n_sizes: int, module: fx.GraphModule):
+    """The partition's input shapes and size arguments at their traced example values (no guard added)."""
     shapes = [tuple(_hint(s) for s in m.shape) for m in input_metas]
     placeholders = [n for n in module.graph.nodes if n.op == "placeholder"]
     sizes = tuple(_hint(n.meta["val"]) for n in placeholders[len(input_metas):len(input_metas) + n_sizes])
