@@ -20,7 +20,7 @@ from . import delegates as _delegates
 from . import placement as _placement
 from .capture.attention import canonicalize_attention
 from .capture.sizes import sizes_from_inputs
-from .capture.preserve import INDUCTOR_DECOMPOSITIONS, preserve_ops
+from .capture.preserve import inductor_decompositions, preserve_ops
 from .capture import capture_decompositions, needs_gradients, weight_input_indices
 from .plugins.registry import activate_for as activate_plugins_for
 from .log import logger
@@ -494,13 +494,11 @@ def _decompose_for_inductor(gm: fx.GraphModule, aot_inputs) -> fx.GraphModule:
     """Give Inductor the remainder in the decomposed form it expects (ops kept whole for delegates included);
     re-tracing also fills in ``meta['val']`` for the delegate calls."""
     from torch._dispatch.python import enable_python_dispatcher
-    from torch._inductor.decomposition import select_decomp_table
     from torch.fx.experimental.proxy_tensor import make_fx
 
     fake_mode = detect_fake_mode(aot_inputs)
     with fake_mode, enable_python_dispatcher():
-        table = {**select_decomp_table(), **INDUCTOR_DECOMPOSITIONS}
-        return make_fx(gm, decomposition_table=table, tracing_mode="real",
+        return make_fx(gm, decomposition_table=inductor_decompositions(), tracing_mode="real",
                        _allow_non_fake_inputs=False)(*aot_inputs)
 
 

@@ -69,6 +69,7 @@ from typing import Callable, Optional, Sequence
 
 import torch
 
+from .capture.preserve import inductor_decompositions
 from .engines.runtime import hint_shapes
 from .log import logger
 from .timing import device_sampler, wall_sampler
@@ -223,7 +224,7 @@ def measure(runtime, module: torch.fx.GraphModule, input_metas: Sequence[torch.T
         inputs = [_example(m, shape, runtime.device, generator) for m, shape in zip(input_metas, shapes)]
         try:
             with inductor_config.patch({"triton.cudagraphs": False}):
-                compiled = compile_fx(module, [*inputs, *sizes])
+                compiled = compile_fx(module, [*inputs, *sizes], decompositions=inductor_decompositions())
         except Exception as e:  # noqa: BLE001 - no comparison to make; not the delegate's failure
             raise InductorSideFailed(f"Inductor could not compile the partition alone: {type(e).__name__}: {e}") \
                 from e

@@ -318,3 +318,58 @@ def test_fast_path_transformer_encoder_with_a_padding_mask_matches_eager():
         out = torch.compile(encoder, backend="hybrid_trt")(x, src_key_padding_mask=pad)
         expected = encoder(x, src_key_padding_mask=pad)
     assert_close(out, expected, rtol=1e-4, atol=1e-4)
+
+
+def _count_opaque_attention_runs(monkeypatch) -> list:
+    """Real (not fake) calls of ``hybrid_trt::attention``'s own kernel: what Inductor runs when it keeps the op
+    opaque instead of decomposing it back into ``scaled_dot_product_attention``."""
+    from torch._subclasses.fake_tensor import FakeTensor
+    import hybrid_trt.capture.attention as attention
+    runs, real = [], attention.attention_decomposition
+
+    def counting(query, *args):
+        if not isinstance(query, FakeTensor):
+            runs.append(1)
+        return real(query, *args)
+    monkeypatch.setattr(attention, "attention_decomposition", counting)
+    return runs
+
+
+def test_placement_times_inductor_on_attention_decomposed(tmp_path, monkeypatch):
+    """Placement's Inductor side of a partition is what Inductor would run: our opaque ops decomposed back (as the
+    stitched graph has them), not calls into Python. Kept opaque, they made Inductor's side of EVA02-T slower than
+    Inductor on the model, and the partition stayed delegated."""
+    from hybrid_trt import placement
+    runs = _count_opaque_attention_runs(monkeypatch)
+    during = []
+
+    def time_pair(delegate, inductor, device, delegate_timing, inductor_timing):
+        before = len(runs)
+        inductor()
+        during.append(len(runs) - before)
+        return 1.0, 10.0
+    monkeypatch.setattr(placement, "_time_pair", time_pair)
+    torch.manual_seed(0)
+    model = AttentionBlock().eval()
+    report = _compile_and_compare(model, torch.randn(2, 17, 192), torch.float32,
+                                  {"placement": "measured", "cache_dir": str(tmp_path)})
+    assert during and during == [0] * len(during), (during, report.table())
+
+
+def test_engine_bound_fallback_runs_attention_decomposed(tmp_path, monkeypatch):
+    """Past ``max_engines_per_partition`` a symbolic partition runs through Inductor, with our opaque ops
+    decomposed back, as everywhere else Inductor runs them."""
+    torch.manual_seed(0)
+    model = AttentionBlock().eval()
+    with torch.no_grad():
+        compiled = torch.compile(model, backend="hybrid_trt", dynamic=True,
+                                 options={"max_engines_per_partition": 1, "cache_dir": str(tmp_path)})
+        x = torch.randn(2, 17, 192)
+        assert_close(compiled(x), model(x), **_tol(torch.float32))  # its one engine
+        runs = _count_opaque_attention_runs(monkeypatch)
+        for batch in (3, 5):  # past the bound: Inductor's fallback
+            x = torch.randn(batch, 17, 192)
+            assert_close(compiled(x), model(x), **_tol(torch.float32))
+    report = hybrid_trt.last_report()
+    assert any("engine bound 1 reached" in e for p in report.partitions for e in p.events), report.table()
+    assert runs == [], "Inductor's fallback ran hybrid_trt::attention as an opaque call"

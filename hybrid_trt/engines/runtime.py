@@ -19,6 +19,8 @@ optimized one does not load. A package load (``Policy.deploy``) verifies every f
 """
 from __future__ import annotations
 
+import copy
+
 import dataclasses
 import functools
 import hashlib
@@ -610,7 +612,12 @@ class PartitionRuntime:
         if self.policy.deploy:
             raise BuildInDeployMode(f"{self.name}: deploy mode: refusing to compile the Inductor fallback")
         if self._fallback is None:
-            compiled = torch.compile(self.module, backend="inductor", dynamic=self.symbolic)
+            # Inductor with our opaque ops decomposed back, as the stitched graph gets them (capture/preserve.py), on
+            # a GraphModule of its own: Dynamo skips the partition module's own code object by the time this runs
+            # (it never reached the backend, and the fallback ran eagerly: tests/test_attention.py), while fresh
+            # code from the same graph is traced.
+            fresh = fx.GraphModule(self.module, copy.deepcopy(self.module.graph))
+            compiled = torch.compile(fresh, backend=_inductor_with_our_decompositions, dynamic=self.symbolic)
             module, name, strict = self.module, self.name, self.policy.strict
 
             def run(inputs, sizes):
@@ -710,6 +717,12 @@ class _EngineFiles(Mapping):
 
     def __contains__(self, name) -> bool:
         return isinstance(name, str) and _ENGINE_PREFIX + name in self._files
+
+
+def _inductor_with_our_decompositions(gm: fx.GraphModule, example_inputs):
+    from torch._inductor.compile_fx import compile_fx
+    from ..capture.preserve import inductor_decompositions
+    return compile_fx(gm, example_inputs, decompositions=inductor_decompositions())
 
 
 def _lower(module, shapes, dtypes, sizes, target: str):
