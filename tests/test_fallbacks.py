@@ -10,6 +10,7 @@ import torch.nn as nn
 
 import hybrid_trt
 from hybrid_trt.delegates.onnxruntime_delegate import OnnxRuntimeDelegate, OnnxRuntimeEngine
+import hybrid_trt.engines.runtime as runtime_module
 from hybrid_trt.lowerings.registry import _LOWERINGS
 
 from _helpers import assert_close
@@ -136,7 +137,7 @@ def test_fallback_whose_inductor_compile_fails_runs_eagerly(monkeypatch, hybrid_
         real_compile = torch.compile
 
         def inductor_fails(fn, *args, **kwargs):
-            if kwargs.get("backend") != "inductor":
+            if kwargs.get("backend") is not runtime_module._inductor_with_our_decompositions:
                 return real_compile(fn, *args, **kwargs)
 
             def broken(*a):
@@ -149,6 +150,28 @@ def test_fallback_whose_inductor_compile_fails_runs_eagerly(monkeypatch, hybrid_
     warnings = _warnings(hybrid_logs)
     assert any("injected run failure" in w for w in warnings), warnings
     assert sum("injected Inductor failure" in w and "eagerly" in w for w in warnings) == 1, warnings
+
+
+def test_first_call_fallback_is_compiled_by_inductor(monkeypatch):
+    """The partition's fallback is Inductor's compile of it, not an eager run that merely says so: Dynamo skipped
+    the partition module's own code object, so until a GraphModule of its own was compiled, the fallback never
+    reached Inductor."""
+    monkeypatch.setattr(OnnxRuntimeEngine, "__call__", _broken_call)
+    compiles = []
+    real = runtime_module._inductor_with_our_decompositions
+
+    def counted(gm, example_inputs):
+        compiles.append(gm)
+        return real(gm, example_inputs)
+    monkeypatch.setattr(runtime_module, "_inductor_with_our_decompositions", counted)
+    model, x = _model()
+    with torch.no_grad():
+        expected = model(x)
+        compiled = torch.compile(model, backend="hybrid_trt")
+        out, again = compiled(x), compiled(x)
+    assert_close(out, expected)
+    assert_close(again, expected)
+    assert len(compiles) == 1
 
 
 def test_first_call_failure_strict_raises(monkeypatch):
