@@ -9,9 +9,9 @@ delegated; this pass, between building the engines and stitching, decides what *
 the partition's own shapes (as Collage places subgraphs by measurement). Every partition it moves keeps the
 timings as its recorded reason in the report.
 
-What is timed, per static partition: its engine (``PartitionRuntime.run``) against Inductor's compile of the
-partition's FX module alone, on inputs of its traced shapes (random floats, zero integers: an index of 0 is in
-range for any non-empty dimension). Without CUDA graphs both sides are timed by the wall time of a synchronised
+What is timed, per partition: its engine (``PartitionRuntime.run``) against Inductor's compile of the
+partition's FX module alone (our opaque ops decomposed back, as the stitched graph has them), on inputs of its
+traced shapes (random floats, zero integers: an index of 0 is in range for any non-empty dimension). Without CUDA graphs both sides are timed by the wall time of a synchronised
 call. Under CUDA graphs (on a GPU) the host's launch work disappears at replay, and so do most of the GPU's
 gaps between kernels: Inductor's side is captured in a CUDA graph here and timed by the device time of its
 replay (its device time uncaptured, timing.py, where the capture fails), and the delegate's side by what it will
