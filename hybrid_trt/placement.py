@@ -11,8 +11,8 @@ timings as its recorded reason in the report.
 
 What is timed, per partition: its engine (``PartitionRuntime.run``) against Inductor's compile of the
 partition's FX module alone (our opaque ops decomposed back, as the stitched graph has them), on inputs of its
-traced shapes (random floats, zero integers: an index of 0 is in range for any non-empty dimension). Without CUDA graphs both sides are timed by the wall time of a synchronised
-call. Under CUDA graphs (on a GPU) the host's launch work disappears at replay, and so do most of the GPU's
+traced shapes (random floats, zero integers: an index of 0 is in range for any non-empty dimension). Without CUDA
+graphs both sides are timed by the wall time of a synchronised call. Under CUDA graphs (on a GPU) the host's launch work disappears at replay, and so do most of the GPU's
 gaps between kernels: Inductor's side is captured in a CUDA graph here and timed by the device time of its
 replay (its device time uncaptured, timing.py, where the capture fails), and the delegate's side by what it will
 cost there. A capture-safe engine is replayed: the capture probe (capture_probe.py), which every engine passes
@@ -138,7 +138,8 @@ def _probe_for_replay(candidates: Sequence[Candidate], cuda_graphs: bool, store)
                 _stored(store, _verdict_key(rt.key, True, rt.device, liable_to_sync_charge(rt, c.shares_graph))):
             continue
         if rt.delegate.capture_unsafe_reason(rt.device, rt.delegate_options) is None:
-            todo.append((rt, c.input_metas, _size_metas(c)))  # probed at the traced shape, as the capture plan does
+            # Probed at the traced shape, as the capture plan probes it.
+            todo.append((rt, c.input_metas, _size_metas(c.module, c.input_metas) if c.module is not None else []))
     if not todo:
         return {}
     from .cudagraphs import probe_engines
@@ -199,8 +200,8 @@ def decide(c: Candidate, cuda_graphs: bool, strict: bool, store, probe=None) -> 
 def measure(runtime, module: torch.fx.GraphModule, input_metas: Sequence[torch.Tensor], store,
             cuda_graphs: bool = False, probe=None, shares_graph: bool = False) -> Verdict:
     """The verdict for a built partition (a symbolic one at its traced shape): read from ``store``, else timed (and
-    stored). ``probe``: its
-    capture probe result under CUDA graphs (``cudagraphs.ProbeResult``), which holds its replay time;
+    stored). ``probe``: its capture probe result under CUDA graphs (``cudagraphs.ProbeResult``), which holds its
+    replay time;
     ``shares_graph``: other work of the call runs outside it, in its graph or after the graph break that ends it
     (see the module doc on host synchronisation).
 
@@ -220,7 +221,7 @@ def measure(runtime, module: torch.fx.GraphModule, input_metas: Sequence[torch.T
     with unset_fake_temporarily(), tracing(None), torch.no_grad():
         # A generator of its own: the user's random stream is left as it was (export does not restore it).
         generator = torch.Generator(device=runtime.device).manual_seed(0)
-        shapes, sizes = hint_shapes(input_metas, _n_size_inputs(module, input_metas), module)
+        shapes, sizes = hint_shapes(input_metas, len(_size_metas(module, input_metas)), module)
         inputs = [_example(m, shape, runtime.device, generator) for m, shape in zip(input_metas, shapes)]
         try:
             with inductor_config.patch({"triton.cudagraphs": False}):
@@ -246,24 +247,18 @@ def measure(runtime, module: torch.fx.GraphModule, input_metas: Sequence[torch.T
                            "was that fallback (no verdict stored)")
     charge = delegate_ms if charged else 0.0
     placed = _placed(delegate_ms + charge, inductor_ms, cuda_graphs and runtime.device.type == "cuda")
-    traced = _shape_text(shapes, sizes) if getattr(runtime, "symbolic", False) else ""
+    traced = _shape_text(shapes, sizes) if runtime.symbolic else ""
     verdict = Verdict(placed, delegate_ms, inductor_ms, delegate_timing, inductor_timing, sync_charge_ms=charge,
                       traced_shape=traced)
     _store(store, key, verdict)
     return verdict
 
 
-def _size_metas(c: Candidate) -> list:
-    """The traced values of a candidate's size arguments (SymInts of a symbolic partition; none for a static one)."""
-    if c.module is None:
-        return []
-    placeholders = [n for n in c.module.graph.nodes if n.op == "placeholder"]
-    return [n.meta["val"] for n in placeholders[len(c.input_metas):]]
-
-
-def _n_size_inputs(module: torch.fx.GraphModule, input_metas: Sequence) -> int:
-    """How many size arguments follow the tensor inputs: a partition's module is ``forward(*tensors, *sizes)``."""
-    return sum(n.op == "placeholder" for n in module.graph.nodes) - len(input_metas)
+def _size_metas(module: torch.fx.GraphModule, input_metas: Sequence) -> list:
+    """The traced values of a partition's size arguments, which follow its tensor inputs (its module is
+    ``forward(*tensors, *sizes)``): SymInts of a symbolic partition, none for a static one."""
+    placeholders = [n for n in module.graph.nodes if n.op == "placeholder"]
+    return [n.meta["val"] for n in placeholders[len(input_metas):]]
 
 
 def _shape_text(shapes, sizes) -> str:
@@ -346,13 +341,14 @@ def _verdict_key(engine_key: str, cuda_graphs: bool, device: torch.device, liabl
     # Besides the engine's key: whether it runs under CUDA graphs (what is timed), whether it is liable to the
     # synchronisation charge (liable_to_sync_charge, not whether this timing charged it), and the process settings
     # Inductor's side runs under (TF32 in fp32 matmuls and cuDNN convolutions; CPU kernels' thread count): the
-    # engine's key holds only the delegate's own settings.
+    # engine's key holds only the delegate's own settings. "placement 4": verdicts before it timed Inductor's side
+    # with our attention/interpolate ops left opaque (a bias towards the delegate), and are measured again.
     settings = f"matmul {torch.get_float32_matmul_precision()}"
     settings += f" cudnn tf32 {torch.backends.cudnn.allow_tf32}" if device.type == "cuda" else \
         f" threads {torch.get_num_threads()}"
     graphs = "graphs" if cuda_graphs and device.type == "cuda" else "plain"
     sync = " sync-liable" if liable else ""  # the same engine may be a graph's whole work in another graph
-    return hashlib.sha256(f"placement 3 {MARGIN} {graphs}{sync} {settings} {engine_key}".encode()).hexdigest()
+    return hashlib.sha256(f"placement 4 {MARGIN} {graphs}{sync} {settings} {engine_key}".encode()).hexdigest()
 
 
 def _stored(store, key: str) -> Optional[Verdict]:

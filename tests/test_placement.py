@@ -98,6 +98,7 @@ class _StubRuntime:
 
     def __init__(self, key, delay_s, outputs):
         self.key, self.delay_s, self.outputs, self.device, self.calls = key, delay_s, outputs, torch.device("cpu"), 0
+        self.symbolic = False
 
     def run(self, inputs, sizes):
         self.calls += 1

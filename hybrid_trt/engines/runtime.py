@@ -20,7 +20,6 @@ optimized one does not load. A package load (``Policy.deploy``) verifies every f
 from __future__ import annotations
 
 import copy
-
 import dataclasses
 import functools
 import hashlib
