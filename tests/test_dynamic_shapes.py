@@ -263,3 +263,46 @@ def test_constant_index_tensors_lower_at_every_shape_after_a_warm_start():
         report.table()
     assert not report.inductor_ops, report.table()
     assert all(p.status == "delegated" and not p.shapes_on_inductor for p in report.partitions), report.table()
+
+
+_BOUND_CHILD = """
+import json, sys, torch
+sys.path[:0] = [{tests!r}, {root!r}]
+import hybrid_trt
+from test_dynamic_shapes import ConvNet
+torch.manual_seed(0)
+model = ConvNet().eval()
+compiled = torch.compile(model, backend="hybrid_trt", dynamic=True,
+                         options={{"max_engines_per_partition": 2, "cache_dir": {cache!r}}})
+with torch.no_grad():
+    for batch in {batches!r}:
+        x = torch.randn(batch, 3, 8, 8)
+        torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-4)
+part = hybrid_trt.last_report().partitions[0]
+print(json.dumps({{"engines": [e.source for e in part.engines], "events": part.events}}))
+"""
+
+
+def test_engine_bound_counts_engines_loaded_from_the_store(tmp_path):
+    """A second process on the same cache directory holds at most ``max_engines_per_partition`` engines too: the
+    ones it loads count. Uncounted, each process served every shape earlier processes had stored and built as many
+    again, so the store and each process's memory grew with every run of a model whose shapes follow the data."""
+    import json
+    import os
+    import subprocess
+    import sys
+    tests = os.path.dirname(os.path.abspath(__file__))
+
+    def run(batches):
+        code = _BOUND_CHILD.format(tests=tests, root=os.path.dirname(tests), cache=str(tmp_path / "cache"),
+                                   batches=batches)
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+        assert out.returncode == 0, out.stderr[-3000:]
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    first = run([2, 3, 4])
+    assert first["engines"] == ["built", "built"] and len(first["events"]) == 1, first
+    second = run([2, 3, 4, 5])
+    assert second["engines"] == ["loaded", "loaded"], second  # nothing built past the bound
+    assert len(second["events"]) == 1 and "engine bound 2 reached" in second["events"][0], second
+    assert "4x3x8x8" in second["events"][0], second

@@ -291,7 +291,7 @@ class PartitionRuntime:
         self._module = module
         self._recipe = recipe  # the stored recipe's bytes, read and checksummed on first call
         self._engines: dict = {}  # signature -> callable(inputs, sizes) (engines, or the Inductor fallback)
-        self._built = 0
+        self._held = 0  # engines this runtime built or loaded from the store: the engine bound counts both
         self._past_bound = False  # the engine bound was reached: shapes without an engine run through Inductor
         self._fallback: Optional[Callable] = None
         self._static_outputs: Optional[list] = None
@@ -479,7 +479,7 @@ class PartitionRuntime:
                 model, out_metas, self.device, self.delegate_options, keep_serialized=self.store.root is not None))
         except Exception as e:
             raise DelegateBuildError(f"{self.delegate.name} build failed: {e}") from e
-        self._built += 1
+        self._held += 1
         return engine
 
     def _engine_files(self, engine: Engine) -> dict:
@@ -526,6 +526,10 @@ class PartitionRuntime:
         if loaded is not None:
             self._engines[signature] = lambda ins, _sizes, engine=loaded: engine(ins)
             return loaded(inputs)
+        if not self.policy.deploy and self._held >= self.policy.max_engines:
+            # Before the store: an engine loaded for a shape is one more held in memory, like one built. Loaded
+            # engines not counted, every process served every shape earlier ones had stored and built more.
+            return self._past_the_bound(text, inputs, sizes)
         key = _digest("shape", self.key, text, [str(d) for d in dtypes])
         t0 = time.perf_counter()
         entry = None
@@ -533,6 +537,7 @@ class PartitionRuntime:
             entry = self.store.get(key, lazy=True)
             if entry is not None:
                 engine = self._load_engine(entry, _metas_from_json(entry.meta["outputs"]))
+                self._held += 1
                 outs = engine(inputs)
                 self._record(text, "loaded", time.perf_counter() - t0, 0.0)
                 self._engines[signature] = lambda ins, _sizes, engine=engine: engine(ins)
@@ -546,23 +551,6 @@ class PartitionRuntime:
                 self.store.discard(entry, f"[{text}] {type(e).__name__}: {e}")
         if self.policy.deploy:
             raise self._not_in_package(text)
-        if self._built >= self.policy.max_engines:
-            # Once, not per shape: a partition whose sizes follow the data (a detector's per-box mask resize)
-            # meets a new shape at nearly every call, and a warning, an event and an entry each would grow
-            # without end. From here on every shape without an engine runs through Inductor (run()).
-            self.report.events.append(
-                f"engine bound {self.policy.max_engines} reached: shape {text} and every later new shape run "
-                "through Inductor")
-            logger.warning(
-                "hybrid_trt: %s reached max_engines_per_partition=%d at shape %s: its input shapes keep changing "
-                "(a batch or image size that varies, or sizes that follow the data, e.g. per detection). This and "
-                "every later new shape run through "
-                "Inductor (the %d built engines still serve their shapes). Raise max_engines_per_partition if "
-                "the shapes recur, or keep these ops with Inductor (force_inductor_ops=[...]).",
-                self.name, self.policy.max_engines, text, self.policy.max_engines)
-            self._inductor_runner()
-            self._past_bound = True
-            return self._fallback(inputs, sizes)
         try:
             t1 = time.perf_counter()
             model, out_metas = _lower(self.module, shapes, dtypes, tuple(sizes), self.lowering_target)
@@ -606,6 +594,26 @@ class PartitionRuntime:
                if any(plan.ties() for plan, _key, _engine in self.ranged) else "")
             + ". Export the model again listing this shape or a range that holds it "
             "(hybrid_trt.export(..., shapes=[...], dynamic_shapes=...) or hybrid-trt export --shape ... --dynamic ...)")
+
+    def _past_the_bound(self, text: str, inputs, sizes):
+        """The first shape past ``max_engines_per_partition``: said once, then this and every later shape without
+        an engine runs through the Inductor fallback (``run``)."""
+        # Once, not per shape: a partition whose sizes follow the data (a detector's per-box mask resize)
+        # meets a new shape at nearly every call, and a warning, an event and an entry each would grow
+        # without end. From here on every shape without an engine runs through Inductor (run()).
+        self.report.events.append(
+            f"engine bound {self.policy.max_engines} reached: shape {text} and every later new shape run "
+            "through Inductor")
+        logger.warning(
+            "hybrid_trt: %s reached max_engines_per_partition=%d at shape %s: its input shapes keep changing "
+            "(a batch or image size that varies, or sizes that follow the data, e.g. per detection). This and "
+            "every later new shape run through Inductor (the %d engines built or loaded still serve their "
+            "shapes). Raise max_engines_per_partition if the shapes recur, or keep these ops with Inductor "
+            "(force_inductor_ops=[...]).",
+            self.name, self.policy.max_engines, text, self.policy.max_engines)
+        self._inductor_runner()
+        self._past_bound = True
+        return self._fallback(inputs, sizes)
 
     def _inductor_runner(self):
         if self.policy.deploy:
