@@ -17,3 +17,10 @@ conf_lanes() {
   # One archive: the device returns only so many files per call (session 15 lost lanes' tables to that limit).
   tar czf $L.tgz -C $(dirname $L) $(basename $L) && rm -rf $L
 }
+
+# cuda_test_lane LOGDIR TIMEOUT_S TEST_FILE...   (in the background: the CUDA tests beside the lanes, log in LOGDIR)
+cuda_test_lane() {
+  local L=$1 t=$2
+  shift 2
+  (timeout "$t" python3 -m pytest -q -p no:cacheprovider "$@" > $L/tests.log 2>&1; echo "tests rc=$?" >> $L/tests.log) &
+}

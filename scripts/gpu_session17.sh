@@ -18,9 +18,8 @@ case ${1:?stage} in
   conf)  # issue 7: the graph-break charge (55a9572) on the rows whole graphs kept slow (FCOS, Mask R-CNN) and the
          # other R-CNN; TResNet-M and MaxViT-rmlp-pico, which run Q's budget left; the CUDA tests after the review
          # fixes (capture stream, liability key) and a0b7e34's corrected placement test
-    (timeout 560 python3 -m pytest -q -p no:cacheprovider tests/test_placement.py tests/test_cuda_ordering.py \
-       tests/test_cuda_graphs.py > $L/tests.log 2>&1; echo "tests rc=$?" >> $L/tests.log) &
     source scripts/conf_lanes.sh
+    cuda_test_lane $L 560 tests/test_placement.py tests/test_cuda_ordering.py tests/test_cuda_graphs.py
     conf_lanes $L "${2:-7}" "H200; four conformance lanes side by side (two per dtype) and a CUDA test lane (GPU and 16 cores shared)" \
       "tv_fcos_resnet50_fpn,tv_maskrcnn_resnet50_fpn,timm_tresnet_m" \
       "tv_keypointrcnn_resnet50_fpn,timm_maxvit_rmlp_pico_rw_256"

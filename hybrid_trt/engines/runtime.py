@@ -527,8 +527,8 @@ class PartitionRuntime:
             self._engines[signature] = lambda ins, _sizes, engine=loaded: engine(ins)
             return loaded(inputs)
         if not self.policy.deploy and self._held >= self.policy.max_engines:
-            # Before the store: an engine loaded for a shape is one more held in memory, like one built. Loaded
-            # engines not counted, every process served every shape earlier ones had stored and built more.
+            # Checked before the store: a loaded engine is held in memory like a built one. Were loaded engines
+            # free, each process would serve every shape earlier ones stored, and build as many more.
             return self._past_the_bound(text, inputs, sizes)
         key = _digest("shape", self.key, text, [str(d) for d in dtypes])
         t0 = time.perf_counter()
@@ -597,10 +597,9 @@ class PartitionRuntime:
 
     def _past_the_bound(self, text: str, inputs, sizes):
         """The first shape past ``max_engines_per_partition``: said once, then this and every later shape without
-        an engine runs through the Inductor fallback (``run``)."""
-        # Once, not per shape: a partition whose sizes follow the data (a detector's per-box mask resize)
-        # meets a new shape at nearly every call, and a warning, an event and an entry each would grow
-        # without end. From here on every shape without an engine runs through Inductor (run()).
+        an engine runs through the Inductor fallback (``run``). Once, not per shape: a partition whose sizes follow
+        the data (a detector's per-box mask resize) meets a new shape at nearly every call, and a warning, an event
+        and an entry each would grow without end."""
         self.report.events.append(
             f"engine bound {self.policy.max_engines} reached: shape {text} and every later new shape run "
             "through Inductor")
