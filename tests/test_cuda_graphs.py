@@ -375,6 +375,25 @@ def test_shape_change(dynamic, no_tf32):
 
 
 @cuda_only
+def test_shapes_past_the_engine_bound_run_compiled_under_graphs(no_tf32):
+    """Past ``max_engines_per_partition`` a new shape's first call compiles the Inductor fallback inside the
+    stitched graph's run; under CUDA graphs that call is a cudagraph-tree warm-up, and later calls of the shape
+    replay what it recorded. Every shape still matches eager, and the bound is reported once."""
+    model, _ = _cuda_model()
+    with torch.no_grad():
+        compiled = torch.compile(model, backend="hybrid_trt", mode="reduce-overhead", dynamic=True,
+                                 options={"max_engines_per_partition": 1, "placement": "delegate"})
+        for step, batch in enumerate((2, 3, 4, 3, 2, 4, 5)):
+            x = torch.randn(batch, 3, 64, 64, device="cuda")
+            assert_close(compiled(x).clone(), model(x), *_tol(torch.float32), what=f"step {step}, batch {batch}")
+    report = hybrid_trt.last_report()
+    events = [e for p in report.partitions for e in p.events if "engine bound 1 reached" in e]
+    delegated = [p for p in report.partitions if p.status == "delegated" and p.engines]
+    assert delegated and all(len(p.engines) == 1 for p in delegated), report.table()
+    assert len(events) == len(delegated), report.table()
+
+
+@cuda_only
 def test_two_compiled_models_alternating(no_tf32):
     a, xa = _cuda_model("resnet18")
     b, xb = _cuda_model("detector")
