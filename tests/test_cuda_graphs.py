@@ -381,8 +381,8 @@ def test_shapes_past_the_engine_bound_run_compiled_under_graphs(no_tf32):
     replay what it recorded. Every shape still matches eager, and the bound is reported once."""
     model, _ = _cuda_model()
     with torch.no_grad():
-        compiled = torch.compile(model, backend="hybrid_trt", mode="reduce-overhead", dynamic=True,
-                                 options={"max_engines_per_partition": 1, "placement": "delegate"})
+        compiled = torch.compile(model, backend="hybrid_trt", dynamic=True, options={
+            "cuda_graphs": True, "max_engines_per_partition": 1, "placement": "delegate"})
         for step, batch in enumerate((2, 3, 4, 3, 2, 4, 5)):
             x = torch.randn(batch, 3, 64, 64, device="cuda")
             assert_close(compiled(x).clone(), model(x), *_tol(torch.float32), what=f"step {step}, batch {batch}")

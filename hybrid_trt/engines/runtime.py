@@ -27,6 +27,7 @@ import io
 import json
 import threading
 import time
+import warnings
 import weakref
 from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 
@@ -741,14 +742,18 @@ def _lower(module, shapes, dtypes, sizes, target: str):
 def _hint(size) -> int:
     if isinstance(size, int):
         return size
-    try:
-        from torch.fx.experimental.symbolic_shapes import has_hint, hint_int
-    except ImportError:  # torch 2.14 renamed them
+    try:  # torch 2.14's names
         from torch.fx.experimental.symbolic_shapes import guarding_hint_or_throw as hint_int
         from torch.fx.experimental.symbolic_shapes import has_guarding_hint as has_hint
+    except ImportError:
+        from torch.fx.experimental.symbolic_shapes import has_hint, hint_int
     if not has_hint(size):
         raise DelegateBuildError(f"size {size} has no example value (data-dependent): cannot lower")
-    return hint_int(size)
+    with warnings.catch_warnings():
+        # torch 2.11's hint_int warns of its own rename (FutureWarning "used size_hint instead of hint_int") at
+        # every symbolic partition's compile: torch's API transition, nothing the user can act on.
+        warnings.simplefilter("ignore", FutureWarning)
+        return hint_int(size)
 
 
 def hint_shapes(input_metas, n_sizes: int, module: fx.GraphModule):
