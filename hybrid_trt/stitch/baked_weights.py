@@ -34,6 +34,7 @@ the compile made for it (its id could be reused by another tensor).
 """
 from __future__ import annotations
 
+import contextlib
 import operator
 import threading
 import weakref
@@ -41,6 +42,7 @@ from typing import Callable, Mapping
 
 import torch
 import torch.fx as fx
+from torch._subclasses.fake_tensor import FakeTensor
 
 from ..log import logger
 
@@ -106,7 +108,8 @@ def checked(compiled: Callable, weights: Mapping[int, torch.Tensor], original: f
     expected = ids([weights.get(i) for i in range(positions[-1] + 1)])
     state = state_buffers(original, weights)
     versioned = _versioned(weights, state)
-    others = _OtherWeights(original, positions, ids, graph_index, compile_hybrid, versioned, compile_inductor)
+    others = _OtherWeights(original, positions, ids, graph_index, compile_hybrid, versioned, compile_inductor,
+                           weight_positions=sorted(weights))
     stale = [False]
     for i in positions:
         weakref.finalize(weights[i], stale.__setitem__, 0, True)
@@ -249,9 +252,11 @@ class _OtherWeights:
     under a lock (two threads with new weights compile once)."""
 
     def __init__(self, gm: fx.GraphModule, positions: list, ids: Callable, graph_index: int,
-                 compile_hybrid: Callable, versioned: list = (), compile_inductor: Callable = None):
+                 compile_hybrid: Callable, versioned: list = (), compile_inductor: Callable = None,
+                 weight_positions: list = ()):
         self.gm, self.positions, self.ids, self.graph_index = gm, positions, ids, graph_index
         self.compile_hybrid, self.versioned = compile_hybrid, list(versioned)
+        self.traced = _TracedExamples(gm, weight_positions)
         if compile_inductor is None:
             from torch._inductor.compile_fx import compile_fx as compile_inductor
         self.compile_inductor = compile_inductor
@@ -283,7 +288,8 @@ class _OtherWeights:
 
     def _compile_for(self, args: list, what: str) -> Callable:
         try:
-            return self.compile_hybrid(copy_graph(self.gm), args)
+            with self.traced.context(args) as examples:
+                return self.compile_hybrid(copy_graph(self.gm), examples)
         except Exception as e:  # noqa: BLE001 - Inductor alone serves them then
             logger.warning("hybrid_trt: graph %d: compiling it for %s failed (%s: %s); those calls run through "
                            "Inductor alone", self.graph_index, what, type(e).__name__, e)
@@ -314,8 +320,38 @@ class _OtherWeights:
 
     def _inductor(self, args: list) -> Callable:
         try:
-            return self.compile_inductor(copy_graph(self.gm), args)
+            with self.traced.context(args) as examples:
+                return self.compile_inductor(copy_graph(self.gm), examples)
         except Exception as e:  # noqa: BLE001 - the captured graph itself always runs
             logger.warning("hybrid_trt: graph %d: Inductor could not compile it (%s: %s); those calls run the "
                            "captured graph as it is", self.graph_index, type(e).__name__, e)
             return self.gm
+
+
+class _TracedExamples:
+    """What a compile at call time is given: the call's own tensors for the weights (they are what it bakes), and
+    for every other argument the example value Dynamo traced the graph with (a fake tensor with symbolic sizes, a
+    size symbol, a float's symbol), under a tracing context of their fake mode. Compiled from the call's tensors
+    alone, the graph was specialised to that call: a second instance of a module class compiled with
+    ``dynamic=True`` failed at its next batch size (its engine expected the first), and a float argument, which
+    Dynamo passes as a tensor it reads with ``.item()``, failed to compile at all."""
+
+    def __init__(self, gm: fx.GraphModule, weight_positions):
+        values = [n.meta.get("example_value") for n in gm.graph.nodes if n.op == "placeholder"]
+        self.weights = set(weight_positions)
+        others = [v for i, v in enumerate(values) if i not in self.weights]
+        # The values' own mode: a lookup (detect_fake_mode) would find the backend's (this runs inside its call),
+        # whose fakes of the same tensors lack what Dynamo memoised on them (a float's symbol).
+        modes = {id(v.fake_mode): v.fake_mode for v in others if isinstance(v, FakeTensor)}
+        usable = len(modes) == 1 and all(v is not None for v in others)
+        self.fake_mode = next(iter(modes.values())) if usable else None
+        self.values = values if usable else None
+
+    @contextlib.contextmanager
+    def context(self, args: list):
+        if self.values is None or len(args) != len(self.values):  # not Dynamo's graph: the call's tensors
+            yield args
+            return
+        from torch._guards import TracingContext, tracing
+        with tracing(TracingContext(self.fake_mode)):
+            yield [a if i in self.weights else v for i, (a, v) in enumerate(zip(args, self.values))]
