@@ -2,14 +2,8 @@
 # Device-call stages for the H200, session 18 (onnxruntime-gpu in /tmp/site from .chunk1-4). Logs under $OUT/s18,
 # archived per stage (the device returns only so many files per call).
 # Usage: scripts/gpu_session18.sh chunk K | conf [budget_min] | cg [budget_s] [configs] | tests FILE...
-set -uo pipefail
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 OUT=${OUT:-/tmp/out}
-export HYBRID_TRT_CACHE_DIR=/tmp/htrt-cache TORCHINDUCTOR_CACHE_DIR=/tmp/ind-cache
-L=$OUT/s18; mkdir -p $L
-# A released machine comes back without /tmp/site: every stage but chunk refuses to time the CPU-only onnxruntime.
-if [ "${1:-}" != chunk ] && ! python3 -c "import onnxruntime as o, sys; sys.exit('CUDAExecutionProvider' not in o.get_available_providers())"; then
-  echo "onnxruntime-gpu is not in /tmp/site on this machine: stage the chunks again first"; exit 3
-fi
+source scripts/gpu_stage_env.sh
+gpu_stage_env s18 "${1:-}"
 source scripts/conf_lanes.sh
 case ${1:?stage} in
   chunk)  # carry .chunkK; the fourth unpacks
