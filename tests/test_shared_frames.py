@@ -362,56 +362,69 @@ class _Scaled(nn.Module):
         return self.b(self.a(x).relu()).relu() * scale
 
 
+# The three compiles at call time below also run on a GPU (skipped without one): the path does not depend on the
+# device, and this says so where it counts.
+_DEVICES = pytest.mark.parametrize("device", [
+    "cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"))])
+
+
+def _tol(device):  # cuDNN's convolutions run TF32 by default, in eager as in the engines
+    return {"rtol": 1e-5, "atol": 1e-5} if device == "cpu" else {"rtol": 2e-3, "atol": 2e-3}
+
+
 def _no_fallback_warnings(logs):
     return [r.getMessage() for r in logs.records if "failed" in r.getMessage() or "could not" in r.getMessage()]
 
 
-def test_another_instance_keeps_the_symbolic_shapes_the_graph_was_traced_with(hybrid_logs):
+@_DEVICES
+def test_another_instance_keeps_the_symbolic_shapes_the_graph_was_traced_with(hybrid_logs, device):
     """The compile for another instance's weights is made at its first call: from that call's tensors alone it
     was specialised to their shapes, so with ``dynamic=True`` the second instance failed at its next batch size
     (ONNX Runtime: "Got invalid dimensions for input ... Got: 3 Expected: 2")."""
-    first, second = _Scaled(0).eval(), _Scaled(1).eval()
+    first, second = _Scaled(0).eval().to(device), _Scaled(1).eval().to(device)
     with torch.no_grad():
         fast_first = torch.compile(first, backend="hybrid_trt", dynamic=True)
         fast_second = torch.compile(second, backend="hybrid_trt", dynamic=True)
         for batch in (2, 3):
-            x = torch.randn(batch, 3, 8, 8)
-            assert_close(fast_first(x), first(x), rtol=1e-5, atol=1e-5)
+            x = torch.randn(batch, 3, 8, 8, device=device)
+            assert_close(fast_first(x), first(x), **_tol(device))
         for batch in (2, 3, 5, 2):
-            x = torch.randn(batch, 3, 8, 8)
-            assert_close(fast_second(x), second(x), rtol=1e-5, atol=1e-5)
+            x = torch.randn(batch, 3, 8, 8, device=device)
+            assert_close(fast_second(x), second(x), **_tol(device))
     assert not _no_fallback_warnings(hybrid_logs)
     assert any(p.status == "delegated" for p in hybrid_trt.last_report().partitions), hybrid_trt.last_report().table()
 
 
-def test_another_instance_with_a_float_argument_is_compiled_with_engines(hybrid_logs):
+@_DEVICES
+def test_another_instance_with_a_float_argument_is_compiled_with_engines(hybrid_logs, device):
     """A float argument that changed between calls is a tensor read with ``.item()`` in Dynamo's graph; compiled
     from the call's tensors, its fake had no value for it, so the compile for another instance failed, Inductor's
     too, and the calls ran the captured graph eagerly, with two warnings."""
-    first, second = _Scaled(0).eval(), _Scaled(1).eval()
-    x = torch.randn(2, 3, 8, 8)
+    first, second = _Scaled(0).eval().to(device), _Scaled(1).eval().to(device)
+    x = torch.randn(2, 3, 8, 8, device=device)
     with torch.no_grad():
         fast_first = torch.compile(first, backend="hybrid_trt")
         for scale in (0.5, 2.0):
-            assert_close(fast_first(x, scale), first(x, scale), rtol=1e-5, atol=1e-5)
+            assert_close(fast_first(x, scale), first(x, scale), **_tol(device))
         fast_second = torch.compile(second, backend="hybrid_trt")
         for scale in (1.5, 3.0):
-            assert_close(fast_second(x, scale), second(x, scale), rtol=1e-5, atol=1e-5)
+            assert_close(fast_second(x, scale), second(x, scale), **_tol(device))
     assert not _no_fallback_warnings(hybrid_logs), _no_fallback_warnings(hybrid_logs)
     assert any(p.status == "delegated" for p in hybrid_trt.last_report().partitions), hybrid_trt.last_report().table()
 
 
-def test_weights_loaded_in_place_keep_the_symbolic_shapes(hybrid_logs):
+@_DEVICES
+def test_weights_loaded_in_place_keep_the_symbolic_shapes(hybrid_logs, device):
     """The compile for weights loaded in place is made at a call too: with ``dynamic=True`` it must serve every
     batch size the frame's guards let through, as the first compile did."""
-    model, other = _Scaled(0).eval(), _Scaled(1).eval()
+    model, other = _Scaled(0).eval().to(device), _Scaled(1).eval().to(device)
     with torch.no_grad():
         fast = torch.compile(model, backend="hybrid_trt", dynamic=True)
         for batch in (2, 3):
-            x = torch.randn(batch, 3, 8, 8)
-            assert_close(fast(x), model(x), rtol=1e-5, atol=1e-5)
+            x = torch.randn(batch, 3, 8, 8, device=device)
+            assert_close(fast(x), model(x), **_tol(device))
         model.load_state_dict(other.state_dict())
         for batch in (3, 2, 4):
-            x = torch.randn(batch, 3, 8, 8)
-            assert_close(fast(x), other(x), rtol=1e-5, atol=1e-5)
+            x = torch.randn(batch, 3, 8, 8, device=device)
+            assert_close(fast(x), other(x), **_tol(device))
     assert len(_recompiles(hybrid_logs)) == 1 and not _no_fallback_warnings(hybrid_logs)

@@ -551,7 +551,7 @@ class PartitionRuntime:
             elif entry is not None:
                 self.store.discard(entry, f"[{text}] {type(e).__name__}: {e}")
         if self.policy.deploy:
-            raise self._not_in_package(text)
+            raise self.not_in_package(text)
         try:
             t1 = time.perf_counter()
             model, out_metas = _lower(self.module, shapes, dtypes, tuple(sizes), self.lowering_target)
@@ -585,7 +585,7 @@ class PartitionRuntime:
         self.report.events.append(f"fell back to Inductor: {why}")
         logger.warning("hybrid_trt: %s (%s) falls back to Inductor: %s", self.name, self.delegate.name, why)
 
-    def _not_in_package(self, signature: str) -> EngineNotInPackage:
+    def not_in_package(self, signature: str) -> EngineNotInPackage:
         ranges = [plan.text(name_ties=True) for plan, _key, _engine in self.ranged]
         return EngineNotInPackage(
             f"{self.name} ({self.delegate.name}) has no engine for input shapes [{signature}]; the package has "

@@ -34,6 +34,7 @@ from ..log import logger
 from ..plugins import registry as plugin_registry
 from . import custom_ops
 from . import package as pkg
+from .engine_check import EngineCheck
 from .input_dims import DimCheck, describe as describe_dims, finite
 from .package import PackageError
 
@@ -314,6 +315,7 @@ def _partition_table(report, runtimes, store_root: pathlib.Path, staging: pathli
         out.append({"index": preport.index, "name": runtime.name, "delegate": runtime.delegate.name,
                     "key": runtime.key, "symbolic": runtime.symbolic, "op_count": preport.op_count,
                     "input_shapes": preport.input_shapes, "output_shapes": preport.output_shapes,
+                    "size_exprs": _size_exprs(runtime, len(preport.input_shapes)),
                     "delegate_options": pkg.jsonable(runtime.delegate_options),
                     "signatures": [e["signature"] for e in engines if e["kind"] in ("static", "shape")],
                     "ranges": [e["range"] for e in ranged],
@@ -321,6 +323,14 @@ def _partition_table(report, runtimes, store_root: pathlib.Path, staging: pathli
                     (runtime.range_note or "no dynamic dimension with a finite range"),
                     "engines": engines})
     return out
+
+
+def _size_exprs(runtime, n_tensor_inputs: int) -> list:
+    """The partition's size arguments (after its tensor inputs) as ints or expressions of the model's input
+    sizes, as ``input_shapes`` writes sizes: what load's EngineCheck reads."""
+    placeholders = [n for n in runtime.module.graph.nodes if n.op == "placeholder"][n_tensor_inputs:]
+    return [v if isinstance(v, int) else str(v) for v in (n.meta.get("val") for n in placeholders)
+            if isinstance(v, (int, torch.SymInt))]
 
 
 def _store_entries(store_root: pathlib.Path) -> list[tuple[pathlib.Path, dict]]:
@@ -553,6 +563,9 @@ class DeployedModel:
         # A dynamic package's sizes are checked against the exported ranges before the call (AOTInductor's runtime
         # does not check them); packages written before the manifest had "dims" are called unchecked, as then.
         self._dims = DimCheck(self.manifest["inputs"])
+        # Partitions with one engine per exported shape: a call at an unlisted size inside the ranges is checked
+        # against their engines before AOTInductor runs (engine_check.py).
+        self._engines = EngineCheck(self.manifest["inputs"], self.manifest["partitions"])
         # What each input must be (name, dtype, rank), checked at every call: the compiled code reads an input's
         # bytes as the dtype it was exported for, so any other dtype would give wrong numbers, not an error.
         self._expected = [(i["name"], getattr(torch, i["dtype"]), len(self.manifest["shapes"][0][k]))
@@ -579,6 +592,10 @@ class DeployedModel:
             problem = self._dims.problem(inputs)
             if problem is not None and tuple(tuple(t.shape) for t in inputs) not in self._listed:
                 raise self._outside_ranges(inputs, problem)
+            if self._engines.active:
+                missing = self._engines.missing(inputs)
+                if missing is not None:
+                    raise self._no_engine(*missing)
         # AOTInductor's code reads each input at the strides it was compiled for (contiguous) and does not check
         # them: a channels-last, transposed or expanded input gave wrong numbers.
         inputs = [t.contiguous() for t in inputs]  # (returns t itself when it is contiguous)
@@ -623,6 +640,11 @@ class DeployedModel:
             f"hybrid_trt package {self.package.source}: no engines for input shapes {shapes}: {parts or 'no partitions'}. "
             f"The package was exported for input shapes {listed} (static). Export again listing this shape "
             "(hybrid-trt export --shape ...) or with dynamic dimensions.")
+
+    def _no_engine(self, partition: str, signature: str):
+        runtime = next(r for r in self._runtimes if r.name == partition)
+        error = runtime.not_in_package(signature)
+        return type(error)(f"hybrid_trt package {self.package.source}: {error}")
 
     def _outside_ranges(self, inputs, problem: str):
         from ..engines.runtime import EngineNotInPackage
