@@ -41,13 +41,13 @@ MODELS = ("resnet18", "detector", "resnet50", "mobilenet_v3_large", "efficientne
 CONFIGS = ("fp16:1", "fp32:1", "fp16:16", "fp32:16")
 VARIANTS = ("eager", "inductor", "inductor_ro", "hybrid", "hybrid_cg", "hybrid_mp", "hybrid_cg_mp", "hybrid_nhwc",
             "hybrid_cg_nhwc", "hybrid_mp_nhwc", "hybrid_cg_mp_nhwc", "ort", "ort_cg", "hybrid_cg_mp_recipe",
-            "inductor_ro_recipe", "inductor_ro_copy")
+            "inductor_ro_recipe", "inductor_ro_copy", "inductor_cg_flat")
 LABELS = {"eager": "eager", "inductor": "Inductor", "inductor_ro": "Inductor r-o", "hybrid": "hybrid",
           "hybrid_cg": "hybrid CG", "hybrid_mp": "hybrid MP", "hybrid_cg_mp": "hybrid CG MP",
           "hybrid_nhwc": "hybrid NHWC", "hybrid_cg_nhwc": "hybrid CG NHWC", "hybrid_mp_nhwc": "hybrid MP NHWC",
           "hybrid_cg_mp_nhwc": "hybrid CG MP NHWC", "ort": "ORT", "ort_cg": "ORT CG",
           "hybrid_cg_mp_recipe": "hybrid CG MP recipe", "inductor_ro_recipe": "Inductor r-o recipe",
-          "inductor_ro_copy": "Inductor r-o copy"}
+          "inductor_ro_copy": "Inductor r-o copy", "inductor_cg_flat": "Inductor CG, no trees"}
 # MP: placement="measured" (hybrid_trt/placement.py): partitions stay delegated only where measured faster.
 # "hybrid CG" pins placement="delegate" (every supported partition delegated, the rows before the default
 # changed); "hybrid CG MP" is what mode="reduce-overhead" does by default on a GPU since then (placement "auto").
@@ -65,6 +65,11 @@ _RECIPE = {"hybrid_cg_mp_recipe": "hybrid_cg_mp", "inductor_ro_recipe": "inducto
 # Dynamo entry, compiled graph and CUDA graph). Its ratio to "Inductor r-o" is the spread between two compiles of one
 # program in the same rounds: a hybrid ratio within it is no difference this benchmark can see.
 _RECIPE_PATCH = {"use_recursive_dict_tags_for_guards": True, "install_free_tensors": True}
+# "Inductor CG, no trees": a reference only, what a torch-side graph costs per call without the bookkeeping of
+# cudagraph trees (Inductor's older cudagraphify: static inputs copied in, one replay, and the same static output
+# tensors returned at every call, silently overwritten by the next: no memory pool shared across graphs, no check
+# of outputs kept alive). Not something hybrid_trt offers: its outputs follow reduce-overhead's rules.
+_FLAT_CG = {"triton.cudagraphs": True, "triton.cudagraph_trees": False}
 
 
 # ---------------------------------------------------------------------------------------------- child
@@ -175,7 +180,9 @@ def _compiled(v: str, model, fullgraph: bool = False):
     base = _RECIPE.get(v, v)
     if v == "inductor_ro_copy":
         model, base = copy.deepcopy(model), "inductor_ro"
-    if base in ("inductor", "inductor_ro"):
+    if base == "inductor_cg_flat":
+        fn = torch.compile(model, backend="inductor", options=dict(_FLAT_CG), fullgraph=fullgraph)
+    elif base in ("inductor", "inductor_ro"):
         fn = torch.compile(model, backend="inductor", mode="reduce-overhead" if base == "inductor_ro" else None,
                            fullgraph=fullgraph)
     elif base in _OPTIONS:
