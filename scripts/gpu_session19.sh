@@ -17,4 +17,10 @@ case ${1:?stage} in
       --configs fp16:1 --variants inductor_ro,hybrid_cg_mp,ort_cg,inductor_cg_flat --out $L/prof.md > $L/prof.log 2>&1
     echo "prof rc=$?"; grep -E "^(#|\| )" $L/prof.md | grep -v "^| \`" | head -60; tail -5 $L/prof.log
     ;;
+  cgr)  # issue 10: the same three models, with README "Per-call cost"'s recipe (weights installed in the graph, dict tags)
+    timeout 560 python3 benchmarks/bench_cudagraphs.py --no-lidar --models mobilenet_v3_large,efficientnet_b0,convnext_tiny \
+      --configs fp16:1 --variants inductor_ro,inductor_ro_recipe,hybrid_cg_mp,hybrid_cg_mp_recipe,ort_cg --rounds 5 \
+      --budget-s ${2:-480} --grace-s 40 --out $L/cgr.md > $L/cgr.log 2>&1
+    echo "cgr rc=$?"; cat $L/cgr.md; tar czf $L-cgr.tgz -C $OUT s19/cgr.log && rm $L/cgr.log
+    ;;
 esac
