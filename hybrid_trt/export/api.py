@@ -590,10 +590,11 @@ class DeployedModel:
                 raise self._missing_shape(inputs)
         elif self._dims.active:
             problem = self._dims.problem(inputs)
-            if problem is not None and tuple(tuple(t.shape) for t in inputs) not in self._listed:
-                raise self._outside_ranges(inputs, problem)
-            if self._engines.active:
-                missing = self._engines.missing(inputs)
+            shapes = tuple(tuple(t.shape) for t in inputs)
+            if shapes not in self._listed:  # a listed shape has every engine it needs (export checked)
+                if problem is not None:
+                    raise self._outside_ranges(inputs, problem)
+                missing = self._engines.missing(inputs) if self._engines.active else None
                 if missing is not None:
                     raise self._no_engine(*missing)
         # AOTInductor's code reads each input at the strides it was compiled for (contiguous) and does not check
