@@ -22,7 +22,7 @@ def test_reads_torch_size_expressions(text, value):
     assert _evaluate(ast.parse(text, mode="eval"), {"s0": 5, "s1": 32}) == value
 
 
-@pytest.mark.parametrize("text", ["__import__('os')", "s0.real", "[s0]", "s0 / 2", "open(s0)"])
+@pytest.mark.parametrize("text", ["__import__('os')", "s0.real", "[s0]", "s0 / 2", "open(s0)", "IntTrueDiv(s0, 2)"])
 def test_refuses_anything_else(text):
     with pytest.raises(Unreadable):
         _evaluate(ast.parse(text, mode="eval"), {"s0": 5})
@@ -46,6 +46,7 @@ def test_partitions_it_cannot_decide_are_left_to_the_runtime():
         _part("data-dependent", [["u0", 4]], [], ["5x4"]),  # a size no input gives
         _part("unknown function", [["Foo(s0)", 4]], [], ["5x4"]),
         {k: v for k, v in _part("old manifest", [["s0", 3]], [], ["1x3"]).items() if k != "size_exprs"},
+        _part("a size argument that is not an int", [["s0", 3]], None, ["1x3"]),
     ]
     check = EngineCheck(INPUTS, parts)
     assert not check.active

@@ -328,12 +328,14 @@ def _partition_table(report, runtimes, store_root: pathlib.Path, staging: pathli
     return out
 
 
-def _size_exprs(runtime, n_tensor_inputs: int) -> list:
+def _size_exprs(runtime, n_tensor_inputs: int) -> Optional[list]:
     """The partition's size arguments (after its tensor inputs) as ints or expressions of the model's input
-    sizes, as ``input_shapes`` writes sizes: what load's EngineCheck reads."""
-    placeholders = [n for n in runtime.module.graph.nodes if n.op == "placeholder"][n_tensor_inputs:]
-    return [v if isinstance(v, int) else str(v) for v in (n.meta.get("val") for n in placeholders)
-            if isinstance(v, (int, torch.SymInt))]
+    sizes, as ``input_shapes`` writes sizes: what load's EngineCheck reads. None (not checked before the call)
+    where an argument is anything else."""
+    values = [n.meta.get("val") for n in runtime.module.graph.nodes if n.op == "placeholder"][n_tensor_inputs:]
+    if not all(isinstance(v, (int, torch.SymInt)) for v in values):
+        return None
+    return [v if isinstance(v, int) else str(v) for v in values]
 
 
 def _store_entries(store_root: pathlib.Path) -> list[tuple[pathlib.Path, dict]]:

@@ -23,7 +23,7 @@ _BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
 # torch.utils._sympy.functions and sympy names as str() writes them, on ints (sizes are never negative here).
 _FUNCTIONS: dict[str, Callable[..., int]] = {
     "Max": max, "Min": min, "Abs": abs,
-    "FloorDiv": operator.floordiv, "CleanDiv": operator.floordiv, "IntTrueDiv": operator.floordiv,
+    "FloorDiv": operator.floordiv, "CleanDiv": operator.floordiv,
     "CeilDiv": lambda a, b: -(-a // b), "Mod": operator.mod, "PythonMod": operator.mod,
     "ModularIndexing": lambda x, d, m: (x // d) % m,
 }
@@ -92,7 +92,7 @@ class EngineCheck:
         for entry in partitions:
             # Partitions with an engine for a range, or static ones (their engine serves every call), and
             # manifests written before size_exprs existed: the runtime checks them, as before.
-            if entry.get("ranges") or not entry.get("symbolic") or "size_exprs" not in entry:
+            if entry.get("ranges") or not entry.get("symbolic") or entry.get("size_exprs") is None:
                 continue
             try:
                 self._partitions.append(_Partition(entry, set(self._where)))
