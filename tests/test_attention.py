@@ -117,6 +117,54 @@ def test_causal_masked_attention_delegates():
     assert not any("attention" in op.op for op in report.inductor_ops), report.table()
 
 
+class KeyValueHeads(nn.Module):
+    """Attention with ``kv`` key/value heads for 4 query heads: 1 is multi-query attention written with
+    broadcasting (timm's MobileNetV5), or with ``enable_gqa``; 2 with ``enable_gqa`` is grouped-query attention."""
+
+    def __init__(self, kv=1, gqa=False, mask=None, causal=False):
+        super().__init__()
+        self.q, self.kv, self.o = nn.Linear(32, 32), nn.Linear(32, 16 * kv), nn.Linear(32, 32)
+        self.heads, self.gqa, self.mask, self.causal = kv, gqa, mask, causal
+
+    def forward(self, x):
+        b, n, _ = x.shape
+        q = self.q(x).view(b, n, 4, 8).transpose(1, 2)
+        k, v = self.kv(x).view(b, n, 2, self.heads, 8).permute(2, 0, 3, 1, 4).unbind(0)
+        mask = None if self.mask is None else self.mask[:n, :n]
+        y = nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=self.causal,
+                                                       enable_gqa=self.gqa)
+        return self.o(y.transpose(1, 2).reshape(b, n, 32)).relu()
+
+
+@pytest.mark.parametrize("case", ["broadcast", "broadcast-bool-mask", "broadcast-float-mask", "broadcast-causal",
+                                  "enable_gqa-one-head", "dynamic"])
+def test_multi_query_attention_delegates(case):
+    """One key/value head for every query head: it was declined ("grouped-query or broadcast batch dimensions"),
+    which split timm's MobileNetV5-300M into 34 partitions around its 33 attention ops; MatMul broadcasts."""
+    torch.manual_seed(0)
+    masks = {"broadcast-bool-mask": torch.ones(12, 12, dtype=torch.bool).tril(), "broadcast-float-mask":
+             torch.randn(12, 12)}
+    model = KeyValueHeads(gqa=case.startswith("enable_gqa"), mask=masks.get(case),
+                          causal=case.endswith("causal")).eval()
+    fast = torch.compile(model, backend="hybrid_trt", dynamic=case == "dynamic")
+    with torch.no_grad():
+        for batch, n in ((2, 10), (3, 12)):
+            x = torch.randn(batch, n, 32)
+            assert_close(fast(x), model(x), rtol=1e-5, atol=1e-5)
+    report = hybrid_trt.last_report()
+    assert not report.inductor_ops and [p.status for p in report.partitions] == ["delegated"], report.table()
+
+
+def test_grouped_query_attention_is_declined_with_its_reason_and_matches():
+    torch.manual_seed(0)
+    model = KeyValueHeads(kv=2, gqa=True).eval()
+    x = torch.randn(2, 10, 32)
+    with torch.no_grad():
+        assert_close(torch.compile(model, backend="hybrid_trt")(x), model(x), rtol=1e-5, atol=1e-5)
+    (left,) = [op for op in hybrid_trt.last_report().inductor_ops if "attention" in op.op]
+    assert "grouped-query attention with several key/value heads" in left.reason
+
+
 def test_torchvision_vision_transformer_delegates():
     torchvision = pytest.importorskip("torchvision")
     torch.manual_seed(0)
