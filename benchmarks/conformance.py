@@ -287,6 +287,22 @@ CASES: list[Case] = [
     _timm("volo_d1_224", 224),
     _timm("mobilenetv4_hybrid_medium"),
     _timm("starnet_s1"),
+    # session 19's sweep (30 timm models none of the above covers, each matched eager in a new-user harness on
+    # the 2-core CPU): these have a mechanism the list lacked. MobileNetV5's multi-query attention (one key/value
+    # head broadcast to every query head) was declined and split the model into 34 partitions until a2ec2ef;
+    # HaloNet's blocked local attention, BoTNet's and LambdaNet's relative positions, Hiera's unroll/reroll,
+    # rotary position embeddings, NesT's block aggregation, TNT's inner/outer transformers, ViTamin,
+    # EfficientFormerV2
+    _timm("mobilenetv5_300m", 256),
+    _timm("halonet26t", 256),
+    _timm("botnet26t_256", 256),
+    _timm("lambda_resnet26t", 256),
+    _timm("hiera_tiny_224", 224),
+    _timm("vit_small_patch16_rope_224", 224),
+    _timm("nest_tiny", 224),
+    _timm("tnt_s_patch16_224", 224),
+    _timm("vitamin_small_224", 224),
+    _timm("efficientformerv2_s0", 224),
 ]
 CASES_BY_NAME = {c.name: c for c in CASES}
 
