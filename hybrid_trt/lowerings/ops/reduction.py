@@ -156,8 +156,9 @@ def lower_prod(ctx, node):
     return _reduce(ctx, "ReduceProd", node.args[0], [node.args[1]], keepdim, ctx.dtype(node))
 
 
-# ONNX has no logical reduction. A sum of the (non)zero flags gives ATen's answer on empty inputs too (any: False,
-# all: True), where ReduceMax/ReduceMin would return their identity (the dtype's lowest/highest value).
+# ONNX has no logical reduction: any(x) is the largest of the (non)zero flags as 0/1, all(x) is not any(not x).
+# Float flags (4 bytes, not int64's 8: a mask over attention scores is large) and ReduceMax, whose result on an
+# empty input is -inf, which gives ATen's answer there too (any: False, all: True).
 @lowering(aten.any.dim, aten.any.dims, aten.any.default, aten.all.dim, aten.all.dims, aten.all.default, dtypes=ANY)
 def lower_any_all(ctx, node):
     is_any = node.target in (aten.any.dim, aten.any.dims, aten.any.default)
@@ -168,10 +169,10 @@ def lower_any_all(ctx, node):
     flags = ctx.cast(xin, torch.bool) if ctx.dtype(x) != torch.bool else xin  # ONNX: 0 -> False, else (NaN) True
     if not is_any:
         flags = ctx.op("Not", flags)
-    counted = ctx.cast(flags, torch.int64)
+    counted = ctx.cast(flags, torch.float32)
     rank = len(ctx.shape(x))
     axes = list(range(rank)) if dim is None else dims(ctx.arg(dim), rank)  # any.dims(x, []) reduces nothing
     if rank and axes:
-        counted = ctx.op("ReduceSum", counted, ctx.ints(axes), keepdims=int(bool(keepdim)))
-    zero = ctx.const(0, torch.int64)
-    return ctx.op("Greater", counted, zero) if is_any else ctx.op("Equal", counted, zero)
+        counted = ctx.op("ReduceMax", counted, axes=axes, keepdims=int(bool(keepdim)))  # opset 17: an attribute
+    found = ctx.op("Greater", counted, ctx.const(0.0, torch.float32))
+    return found if is_any else ctx.op("Not", found)
