@@ -151,6 +151,24 @@ def lower_flip(ctx, node):
                   ctx.ints(axes), ctx.ints([-1] * len(axes)))
 
 
+def _check_unfold(node):
+    return "unfold of a 0-d tensor" if node.args[0].meta["val"].dim() == 0 else None
+
+
+@lowering(aten.unfold.default, dtypes=ANY, check=_check_unfold)
+def lower_unfold(ctx, node):
+    # Every window at once: one Gather of the element positions ([windows, size]) along the dim, then the window's
+    # axis moved last, where Tensor.unfold puts it (HaloNet's blocked attention unfolds its keys this way).
+    x, dim, size, step = node.args
+    shape = ctx.shape(x)
+    d = dims(ctx.arg(dim), len(shape))[0]
+    windows = (shape[d] - size) // step + 1
+    positions = torch.arange(windows)[:, None] * step + torch.arange(size)[None, :]
+    out = ctx.op("Gather", ctx.input(x), ctx.tensor_const(positions), axis=d)
+    perm = [a for a in range(len(shape) + 1) if a != d + 1] + [d + 1]
+    return out if d == len(shape) - 1 else ctx.op("Transpose", out, perm=perm)
+
+
 @lowering(aten.select.int, dtypes=ANY)
 def lower_select(ctx, node):
     x, dim, index = node.args
