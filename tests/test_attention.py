@@ -137,16 +137,17 @@ class KeyValueHeads(nn.Module):
 
 
 @pytest.mark.parametrize("case", ["broadcast", "broadcast-bool-mask", "broadcast-float-mask", "broadcast-causal",
-                                  "enable_gqa-one-head", "dynamic"])
-def test_multi_query_attention_delegates(case):
+                                  "enable_gqa-one-head", "dynamic", "grouped", "grouped-causal", "grouped-dynamic"])
+def test_multi_and_grouped_query_attention_delegate(case):
     """One key/value head for every query head: it was declined ("grouped-query or broadcast batch dimensions"),
-    which split timm's MobileNetV5-300M into 34 partitions around its 33 attention ops; MatMul broadcasts."""
+    which split timm's MobileNetV5-300M into 34 partitions around its 33 attention ops; MatMul broadcasts. Two
+    key/value heads for four query heads (``enable_gqa``): the query heads are grouped, keys and values broadcast."""
     torch.manual_seed(0)
     masks = {"broadcast-bool-mask": torch.ones(12, 12, dtype=torch.bool).tril(), "broadcast-float-mask":
              torch.randn(12, 12)}
-    model = KeyValueHeads(gqa=case.startswith("enable_gqa"), mask=masks.get(case),
-                          causal=case.endswith("causal")).eval()
-    fast = torch.compile(model, backend="hybrid_trt", dynamic=case == "dynamic")
+    model = KeyValueHeads(kv=2 if case.startswith("grouped") else 1, gqa=case.startswith(("enable_gqa", "grouped")),
+                          mask=masks.get(case), causal=case.endswith("causal")).eval()
+    fast = torch.compile(model, backend="hybrid_trt", dynamic=case.endswith("dynamic"))
     with torch.no_grad():
         for batch, n in ((2, 10), (3, 12)):
             x = torch.randn(batch, n, 32)
@@ -155,14 +156,14 @@ def test_multi_query_attention_delegates(case):
     assert not report.inductor_ops and [p.status for p in report.partitions] == ["delegated"], report.table()
 
 
-def test_grouped_query_attention_is_declined_with_its_reason_and_matches():
+def test_grouped_query_attention_with_a_mask_is_declined_with_its_reason_and_matches():
     torch.manual_seed(0)
-    model = KeyValueHeads(kv=2, gqa=True).eval()
+    model = KeyValueHeads(kv=2, gqa=True, mask=torch.randn(10, 10)).eval()
     x = torch.randn(2, 10, 32)
     with torch.no_grad():
         assert_close(torch.compile(model, backend="hybrid_trt")(x), model(x), rtol=1e-5, atol=1e-5)
     (left,) = [op for op in hybrid_trt.last_report().inductor_ops if "attention" in op.op]
-    assert "grouped-query attention with several key/value heads" in left.reason
+    assert "grouped-query attention with a mask is not lowered" in left.reason
 
 
 def test_torchvision_vision_transformer_delegates():
