@@ -325,6 +325,12 @@ NOTES: dict[tuple[str, str], str] = {
         '(placement measured 27.0 against 24.0 ms); `placement="measured"` moves it to Inductor: eager '
         '30.5, Inductor 21.9, hybrid 29.5, hybrid measured 23.2 ms (15 interleaved rounds). The CPU '
         'default delegates without timing (conformance_cpu_2core_placement.md says why)'),
+    ("cpu", "timm_coat_lite_tiny"): (
+        'CPU, session 19: a near tie with eager and 1.17-1.21x Inductor, fully delegated (ONNX Runtime\'s CPU kernels '
+        'are the cost). Three runs in one hour on this machine gave 1.01x, 0.94x and 1.00x eager, the last at '
+        'e3ebbd4, before that session\'s lowering changes (A/B back to back: 0.94x at 4352bc3, 1.00x at e3ebbd4), '
+        'so "slow" and "ok" alternate by run. placement="measured" would keep it with Inductor; the CPU default times '
+        'nothing (README, \'Measured placement\')'),
     ("cpu", "tv_fasterrcnn_mobilenet_v3_large_320_fpn"): (
         'CPU, session 15, by hand: 20 graphs per call (Dynamo breaks the detection post-processing) and 13 small '
         'partitions, within 1-6% of eager and Inductor in every run since its lowerings delegate 452 of 541 ops '
