@@ -4,6 +4,11 @@ import logging
 
 logger = logging.getLogger("hybrid_trt")
 
+# torch's C++ builder (imported by Inductor's CPU code generation and by AOTInductor) warns once, at import, on a
+# machine with CUDA_HOME but no CUDA runtime: "No CUDA runtime is found, using CUDA_HOME=...". True of the
+# machine, nothing about the model: kept off the terminal while hybrid_trt compiles.
+TORCH_CPP_BUILDER = "torch.utils.cpp_extension"
+
 
 @contextlib.contextmanager
 def quiet(*names: str, level: int = logging.ERROR):

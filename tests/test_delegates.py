@@ -376,3 +376,27 @@ def test_onnxruntime_log_lines_reach_the_hybrid_trt_logger_at_debug():
     assert "raised:" in proc.stdout, (proc.stdout, proc.stderr)
     assert "hybrid_trt DEBUG onnxruntime [E] Non-zero status code" in proc.stderr, proc.stderr
     assert "onnxruntime:" not in proc.stderr, proc.stderr
+
+
+_CPP_BUILDER_SCRIPT = r'''
+import torch, hybrid_trt
+model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU(), torch.nn.Conv2d(4, 4, 3)).eval()
+fast = torch.compile(model, backend="hybrid_trt", dynamic=True, options={"force_inductor_ops": ["aten.relu.default"]})
+with torch.no_grad():
+    for batch in (1, 2):
+        x = torch.randn(batch, 3, 12, 12)
+        assert torch.allclose(fast(x), model(x), atol=1e-5)
+print("matched")
+'''
+
+
+def test_torch_cpp_builder_warning_stays_off_stderr():
+    """Inductor's CPU code generation imports torch's C++ builder, which warns at import on a machine with CUDA_HOME
+    but no CUDA runtime ("No CUDA runtime is found, using CUDA_HOME=...", this CPU machine): a fresh process
+    compiling a graph Inductor generates C++ for shows none of it."""
+    import subprocess
+    import sys
+    proc = subprocess.run([sys.executable, "-c", _CPP_BUILDER_SCRIPT], capture_output=True, text=True, timeout=300,
+                          cwd=str(__import__("pathlib").Path(__file__).parents[1]))
+    assert "matched" in proc.stdout, (proc.stdout, proc.stderr[-3000:])
+    assert "No CUDA runtime is found" not in proc.stderr, proc.stderr[-3000:]

@@ -30,7 +30,7 @@ import torch.utils._pytree as pytree
 
 from ..engines import ranges as _ranges
 from ..engines.op import run_surfacing_failures
-from ..log import logger, quiet
+from ..log import TORCH_CPP_BUILDER, logger, quiet
 from ..plugins import registry as plugin_registry
 from . import custom_ops
 from . import package as pkg
@@ -115,9 +115,7 @@ def export(model: torch.nn.Module, example_inputs, *, dynamic_shapes=None, shape
         progress(f"{len(static)} static engine(s) built; compiling the rest with AOTInductor", done, total)
         program = _reexport(stitched, capture, export_args)
         try:
-            # torch's C++ builder warns at import, on a machine with CUDA_HOME but no CUDA runtime, "No CUDA runtime
-            # is found, using CUDA_HOME=..." (a CPU export box): true of the machine, nothing about the package.
-            with quiet("torch.utils.cpp_extension"):
+            with quiet(TORCH_CPP_BUILDER):
                 torch._inductor.aoti_compile_and_package(program, package_path=str(staging / pkg.AOTI_PACKAGE))
         except Exception as e:
             raise ExportError(f"AOTInductor could not compile the graph left to Inductor: {type(e).__name__}: "
