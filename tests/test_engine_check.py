@@ -9,6 +9,11 @@ import ast
 INPUTS = [{"name": "x", "dims": [{"symbol": "s0", "min": 1, "max": 16}, 3, {"symbol": "s1", "min": 8, "max": 64}]}]
 
 
+def _missing(check, *shape):
+    x = torch.empty(*shape)
+    return check.missing((tuple(x.shape),), [x])
+
+
 def _part(name, shapes, sizes, signatures, **kw):
     return {"name": name, "symbolic": True, "ranges": [], "input_shapes": shapes, "size_exprs": sizes,
             "signatures": signatures, **kw}
@@ -32,11 +37,11 @@ def test_missing_engine_is_found_before_the_call_and_known_ones_pass():
     # The partition sees half the width: widths 32 and 33 need the one engine it has, 34 does not.
     check = EngineCheck(INPUTS, [_part("partition 0", [["s0", 3, "((s1//2))"]], ["2*s0"], ["2x3x16 sizes=[4]"])])
     assert check.active
-    assert check.missing([torch.empty(2, 3, 32)]) is None
-    assert check.missing([torch.empty(2, 3, 33)]) is None
-    assert check.missing([torch.empty(2, 3, 34)]) == ("partition 0", "2x3x17 sizes=[4]")
-    assert check.missing([torch.empty(3, 3, 32)]) == ("partition 0", "3x3x16 sizes=[6]")
-    assert check.missing([torch.empty(3, 3, 32)]) == ("partition 0", "3x3x16 sizes=[6]")  # remembered
+    assert _missing(check, 2, 3, 32) is None
+    assert _missing(check, 2, 3, 33) is None
+    assert _missing(check, 2, 3, 34) == ("partition 0", "2x3x17 sizes=[4]")
+    assert _missing(check, 3, 3, 32) == ("partition 0", "3x3x16 sizes=[6]")
+    assert _missing(check, 3, 3, 32) == ("partition 0", "3x3x16 sizes=[6]")  # remembered
 
 
 def test_partitions_it_cannot_decide_are_left_to_the_runtime():
@@ -50,4 +55,4 @@ def test_partitions_it_cannot_decide_are_left_to_the_runtime():
     ]
     check = EngineCheck(INPUTS, parts)
     assert not check.active
-    assert check.missing([torch.empty(7, 3, 9)]) is None
+    assert _missing(check, 7, 3, 9) is None

@@ -593,13 +593,15 @@ class DeployedModel:
                 raise self._missing_shape(inputs)
         elif self._dims.active:
             problem = self._dims.problem(inputs)
-            shapes = tuple(tuple(t.shape) for t in inputs)
-            if shapes not in self._listed:  # a listed shape has every engine it needs (export checked)
-                if problem is not None:
-                    raise self._outside_ranges(inputs, problem)
-                missing = self._engines.missing(inputs) if self._engines.active else None
-                if missing is not None:
-                    raise self._no_engine(*missing)
+            # The shapes are looked up only where a check has something to say (the common call builds nothing).
+            if problem is not None or self._engines.active:
+                shapes = tuple(tuple(t.shape) for t in inputs)
+                if shapes not in self._listed:  # a listed shape has every engine it needs (export checked)
+                    if problem is not None:
+                        raise self._outside_ranges(inputs, problem)
+                    missing = self._engines.missing(shapes, inputs)
+                    if missing is not None:
+                        raise self._no_engine(*missing)
         # AOTInductor's code reads each input at the strides it was compiled for (contiguous) and does not check
         # them: a channels-last, transposed or expanded input gave wrong numbers.
         inputs = [t.contiguous() for t in inputs]  # (returns t itself when it is contiguous)

@@ -78,8 +78,8 @@ class _Partition:
 
 
 class EngineCheck:
-    """Built once at load from the manifest. ``missing(inputs)``: None when every engine-per-shape partition has
-    the engine these inputs need, else (partition name, signature) of the first that does not."""
+    """Built once at load from the manifest. ``missing(shapes, inputs)``: None when every engine-per-shape
+    partition has the engine these inputs need, else (partition name, signature) of the first that does not."""
 
     def __init__(self, inputs: Sequence[dict], partitions: Sequence[dict]):
         # symbol -> (input index, dim): where a call's inputs give each size the expressions name
@@ -101,8 +101,8 @@ class EngineCheck:
         self.active = bool(self._partitions)
         self._seen: dict = {}  # input shapes -> None or (partition name, signature)
 
-    def missing(self, inputs) -> Optional[tuple[str, str]]:
-        shapes = tuple(tuple(t.shape) for t in inputs)
+    def missing(self, shapes: tuple, inputs) -> Optional[tuple[str, str]]:
+        """``shapes``: the inputs' shapes as a tuple of tuples (the caller has built it)."""
         if shapes in self._seen:
             return self._seen[shapes]
         bound = {sym: int(inputs[k].shape[d]) for sym, (k, d) in self._where.items()}
