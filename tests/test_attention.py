@@ -356,17 +356,54 @@ def test_fast_path_transformer_encoder_delegates(norm_first, activation):
     assert "hybrid_trt.attention.default" in ops, report.table()
 
 
-def test_fast_path_transformer_encoder_with_a_padding_mask_matches_eager():
-    """With a mask the fused op stays whole (its masks mean "hide", SDPA's bool masks "keep"): still exact."""
-    torch.manual_seed(0)
-    layer = nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True)
-    encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).eval()
-    x, pad = torch.randn(2, 10, 32), torch.zeros(2, 10, dtype=torch.bool)
+def _masks(seq: int):
+    """The masks a fast-path encoder layer is given: a key padding mask (batch, keys) whose last sequence is all
+    padding (a query with every key hidden: NaN in eager), a (queries, keys) attention mask in bool and in float
+    (0/-inf, and 1.0, which ATen's fast path also reads as "hide"), and both together (merged into 4-D)."""
+    pad = torch.zeros(3, seq, dtype=torch.bool)
     pad[1, 7:] = True
+    pad[2] = True
+    causal = torch.triu(torch.ones(seq, seq, dtype=torch.bool), 1)
+    odd = torch.zeros(seq, seq)
+    odd[0, 3], odd[4, :2] = float("-inf"), 1.0
+    return {
+        "key_padding": dict(src_key_padding_mask=pad),
+        "bool_attention_mask": dict(mask=causal, is_causal=False),
+        "float_attention_mask": dict(mask=odd, is_causal=False),
+        "both": dict(mask=causal, src_key_padding_mask=pad, is_causal=False),
+    }
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("masks", list(_masks(10)))
+def test_fast_path_transformer_encoder_with_masks_delegates_and_matches_eager(masks, norm_first):
+    """With a mask the fused op stayed whole (no lowering, run by Inductor): a DETR-style encoder with a padding
+    mask delegated 3 of 5 ops. Its masks mean "hide" (SDPA's bool masks mean "keep"), any nonzero float hides,
+    and a query with every key hidden gives NaN (SDPA gives zeros); the capture writes that attention out."""
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True, norm_first=norm_first)
+    encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).eval()
+    x, kwargs = torch.randn(3, 10, 32), _masks(10)[masks]
     with torch.no_grad():
-        out = torch.compile(encoder, backend="hybrid_trt")(x, src_key_padding_mask=pad)
-        expected = encoder(x, src_key_padding_mask=pad)
+        expected = encoder(x, **kwargs)
+        out = torch.compile(encoder, backend="hybrid_trt", options={"strict": True})(x, **kwargs)
+    assert_close(out, expected, rtol=1e-4, atol=1e-4)  # NaN where eager has NaN, nowhere else
+    assert expected.isnan().any() == (masks in ("key_padding", "both")), "the all-padding sequence gives NaN"
+    report = hybrid_trt.last_report()
+    assert len(report.partitions) == 1 and not report.inductor_ops, report.table()
+
+
+def test_fast_path_encoder_layer_called_with_an_attention_mask_delegates():
+    """A layer called directly with ``src_mask`` gets it expanded to (batch, heads, queries, keys) (mask type 2)."""
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True).eval()
+    x, mask = torch.randn(2, 6, 32), torch.rand(6, 6) > 0.7
+    mask.fill_diagonal_(False)
+    with torch.no_grad():
+        expected = layer(x, src_mask=mask, is_causal=False)
+        out = torch.compile(layer, backend="hybrid_trt", options={"strict": True})(x, src_mask=mask, is_causal=False)
     assert_close(out, expected, rtol=1e-4, atol=1e-4)
+    assert not hybrid_trt.last_report().inductor_ops, hybrid_trt.last_report().table()
 
 
 def _count_opaque_attention_runs(monkeypatch) -> list:
