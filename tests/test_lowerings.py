@@ -224,6 +224,14 @@ SAMPLES: dict[Any, list[Case]] = {
     aten.floor.default: [C(T(X3() * 3))],
     aten.ceil.default: [C(T(X3() * 3))],
     aten.round.default: [C(T(torch.tensor([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 0.2, -0.7])), id="half_to_even")],
+    aten.trunc.default: [C(T(torch.tensor([-2.7, -1.0, -0.3, 0.0, 0.4, 1.5, 3.9, float("inf"), -float("inf")])))],
+    aten.log2.default: [C(T(pos(3, 4) * 100))],
+    aten.exp2.default: [C(T(X3() * 4))],
+    aten.isnan.default: [C(T(with_nan(X3(), 0, 3)))],
+    aten.isinf.default: [C(T(with_nan(X3(), 0, 3)))],
+    aten.atan2.default: [C(T(X3()), T(rn(2, 4, 5, seed=1))),
+                         C(T(torch.tensor([1.0, -1.0, 0.0, 2.0, -2.0, 0.0, 3.0, -3.0])),
+                           T(torch.tensor([0.0, 0.0, 0.0, -1.0, -1.0, -4.0, 1e-30, 1e30])), id="axes_and_quadrants")],
     aten.rsqrt.default: [C(T(pos(3, 4)))],
     aten.log1p.default: [C(T(pos(3, 4)))],
     aten.expm1.default: [C(T(X3()), atol=1e-5)],
@@ -247,6 +255,29 @@ SAMPLES: dict[Any, list[Case]] = {
     aten.embedding.default: [C(W(rn(10, 4)), T(torch.tensor([[1, 9], [0, 1]])))],
     aten.gather.default: [C(T(X3()), 2, T(ri(2, 4, 3, lo=0, hi=5))),
                           C(T(rn(1).reshape(())), 0, T(torch.tensor(0)), id="0d")],
+    # scatter.py (non-accumulating writes use distinct positions: ATen leaves duplicates undefined)
+    aten.scatter.src: [C(T(X3()), 1, T(torch.tensor([[[3, 0, 1, 2, 0]], [[1, 2, 3, 0, 1]]])), T(rn(2, 3, 6, seed=1))),
+                       C(T(ri(3, 4)), 0, T(torch.tensor([[2, 0], [0, 1]])), T(ri(3, 4, seed=1)), id="int64_src_larger")],
+    aten.scatter.value: [C(T(torch.zeros(4, 5)), 1, T(torch.tensor([[2], [0], [4], [1]])), 1.0, id="one_hot"),
+                         C(T(rb(3, 4)), 1, T(torch.tensor([[3, 1], [0, 2], [1, 1]])), True, id="bool")],
+    aten.scatter.reduce: [C(T(X3()), 2, T(ri(2, 4, 3, lo=0, hi=5)), T(rn(2, 4, 3, seed=1)), reduce="add"),
+                          C(T(X3()), 0, T(ri(1, 4, 5, lo=0, hi=2)), T(rn(1, 4, 5, seed=1)), reduce="multiply",
+                            id="multiply")],
+    aten.scatter.value_reduce: [C(T(X3()), 2, T(ri(2, 4, 3, lo=0, hi=5)), 2.0, reduce="multiply")],
+    aten.scatter_add.default: [C(T(torch.zeros(6, 3)), 0, T(ri(9, 3, lo=0, hi=6)), T(rn(9, 3)), id="pooling"),
+                               C(T(ri(2, 5)), 1, T(ri(2, 7, lo=0, hi=5)), T(ri(2, 7, seed=1)), id="int64")],
+    aten.scatter_reduce.two: [C(T(X3()), 2, T(ri(2, 4, 6, lo=0, hi=5)), T(rn(2, 4, 6, seed=1)), "sum"),
+                              C(T(X3()), 2, T(ri(2, 4, 6, lo=0, hi=5)), T(rn(2, 4, 6, seed=1)), "prod",
+                                include_self=False, id="prod_without_self"),
+                              C(T(X3()), 1, T(ri(2, 2, 5, lo=0, hi=4)), T(rn(2, 2, 5, seed=1)), "sum",
+                                include_self=False, id="sum_without_self")],
+    aten.index_put.default: [C(T(torch.zeros(16, 8)), [T(torch.tensor([3, 0, 15, -2]))], T(rn(4, 8)), id="rows"),
+                             C(T(torch.zeros(8, 4, 4)), [None, T(torch.tensor([0, 3, 1])), T(torch.tensor([2, 2, 0]))],
+                               T(rn(8, 3)), id="pillar_scatter"),
+                             C(T(torch.zeros(6, 3)), [T(ri(10, lo=0, hi=6))], T(rn(10, 3)), True, id="accumulate"),
+                             C(T(X4()), [T(torch.tensor([1, 0])), None, T(torch.tensor([3, 2]))], T(rn(1)),
+                               id="separated_broadcast_value"),
+                             C(T(ri(3, 4)), [T(torch.tensor(2))], T(ri(4, seed=1)), id="0d_index_int64")],
     aten.index.Tensor: [C(T(X3()), [None, T(torch.tensor([[3, 0], [-1, 2]]))], id="one_index"),
                         C(T(rn(10, 4)), [T(torch.tensor([1, 9, -10, 0]))], id="leading"),
                         C(T(ri(3, 4)), [T(torch.tensor([2, 0])), T(torch.tensor([-1, 1]))], id="two_leading_int64"),
@@ -1169,6 +1200,44 @@ def test_writes_into_a_fresh_tensor_delegate_with_their_block():
     assert not report.inductor_ops and len(report.partitions) == 1, report.table()
     for op in ("aten.empty.memory_format", "aten.select_scatter.default", "aten.slice_scatter.default"):
         assert op in report.partitions[0].ops, (op, report.table())
+
+
+class _PointsToBEV(torch.nn.Module):
+    """LiDAR/BEV writes: per-point features pooled into grid cells (scatter_add sum and count, index_add), a
+    pillar canvas filled through (channel, cell) indices (index_put), one-hot classes (scatter of a value), a
+    heading decoded with atan2, and NaN cleaning. Each of these had no lowering and cut the block into
+    partitions around an Inductor kernel."""
+
+    def __init__(self):
+        super().__init__()
+        self.point, self.conv = torch.nn.Linear(4, 8), torch.nn.Conv2d(16, 2, 3, padding=1)
+
+    def forward(self, points, cell, cls):
+        f = torch.relu(self.point(points))
+        summed = f.new_zeros(64, 8).index_add(0, cell, f)
+        count = f.new_zeros(64).scatter_add(0, cell, torch.ones_like(cell, dtype=f.dtype))
+        mean = summed / count.clamp(min=1)[:, None]
+        canvas = f.new_zeros(8, 64).index_put((torch.arange(8)[:, None], cell[None, :]), f.t(), accumulate=True)
+        bev = self.conv(torch.cat([mean.t(), canvas], 0).view(1, 16, 8, 8))
+        heading = torch.atan2(bev[:, 0], bev[:, 1])
+        one_hot = f.new_zeros(cls.shape[0], 5).scatter(1, cls[:, None], 1.0)
+        return torch.nan_to_num(heading / bev[:, 1].trunc(), nan=0.0), one_hot
+
+
+def test_points_to_bev_scatters_delegate_with_their_block():
+    torch.manual_seed(0)
+    model = _PointsToBEV().eval()
+    args = (torch.randn(40, 4), torch.randint(0, 64, (40,)), torch.randint(0, 5, (6,)))
+    with torch.no_grad():
+        expected = model(*args)
+        actual = torch.compile(model, backend="hybrid_trt", options={"strict": True})(*args)
+    assert_close(actual, expected, rtol=1e-4, atol=1e-4)
+    report = hybrid_trt.last_report()
+    delegated = {op for p in report.partitions for op in p.ops}
+    for op in ("aten.scatter_add.default", "aten.index_put.default", "aten.atan2.default",
+               "aten.isnan.default", "aten.trunc.default"):
+        assert op in delegated, (op, report.table())
+    assert not report.inductor_ops and len(report.partitions) == 1, report.table()
 
 
 class _VideoBlock(torch.nn.Module):

@@ -5,6 +5,8 @@ computes in (the output dtype for arithmetic, the promoted input dtype for compa
 """
 from __future__ import annotations
 
+import math
+
 import torch
 from torch.fx import Node
 
@@ -229,6 +231,55 @@ _unary("Tanh", aten.tanh.default)
 _unary("Floor", aten.floor.default)
 _unary("Ceil", aten.ceil.default)
 _unary("Round", aten.round.default)
+
+
+@lowering(aten.trunc.default)
+def lower_trunc(ctx, node):
+    return _trunc(ctx, ctx.input(node.args[0], ctx.dtype(node)))
+
+
+@lowering(aten.log2.default)
+def lower_log2(ctx, node):
+    dtype = ctx.dtype(node)
+    return ctx.op("Div", ctx.op("Log", ctx.input(node.args[0], dtype)), ctx.const(math.log(2.0), dtype))
+
+
+@lowering(aten.exp2.default)
+def lower_exp2(ctx, node):
+    dtype = ctx.dtype(node)
+    return ctx.op("Pow", ctx.const(2.0, dtype), ctx.input(node.args[0], dtype))
+
+
+# ONNX IsNaN/IsInf take floats only; integers are never NaN or infinite (ATen answers False), so those stay with
+# Inductor rather than being cast. IsInf takes float16 and bfloat16 only from opset 20 (we emit 17).
+@lowering(aten.isnan.default, dtypes=FLOAT | BOOL, check=lambda n: _check_float_input(n))
+def lower_isnan(ctx, node):
+    return ctx.op("IsNaN", ctx.input(node.args[0]))
+
+
+@lowering(aten.isinf.default, dtypes={torch.float32, torch.float64, torch.bool}, check=lambda n: _check_float_input(n))
+def lower_isinf(ctx, node):
+    return ctx.op("IsInf", ctx.input(node.args[0]))
+
+
+def _check_float_input(node: Node):
+    x = node.args[0].meta.get("val")
+    return None if isinstance(x, torch.Tensor) and x.dtype.is_floating_point else "non-float input"
+
+
+@lowering(aten.atan2.default, dtypes=FLOAT)
+def lower_atan2(ctx, node):
+    """ONNX has no Atan2: atan(y / x), moved to the quadrant by the signs (C's atan2 for finite values)."""
+    dtype = ctx.dtype(node)
+    y, x = ctx.input(node.args[0], dtype), ctx.input(node.args[1], dtype)
+    zero, pi = ctx.const(0.0, dtype), ctx.const(math.pi, dtype)
+    base = ctx.op("Atan", ctx.op("Div", y, x))
+    # x < 0: add pi in the upper half plane, subtract it in the lower (y = -0.0 counts as upper: not sign-exact).
+    shifted = ctx.op("Where", ctx.op("Less", y, zero), ctx.op("Sub", base, pi), ctx.op("Add", base, pi))
+    left = ctx.op("Where", ctx.op("Less", x, zero), shifted, base)
+    # x == 0: +-pi/2 by the sign of y, 0 at the origin.
+    on_axis = ctx.op("Mul", ctx.op("Sign", y), ctx.const(math.pi / 2, dtype))
+    return ctx.op("Where", ctx.op("Equal", x, zero), on_axis, left)
 
 
 @lowering(aten.rsqrt.default)
