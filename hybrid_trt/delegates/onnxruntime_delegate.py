@@ -272,7 +272,7 @@ def _torch_dtype(ort_type: str) -> torch.dtype:
 aten = torch.ops.aten
 
 # ATen ops whose lowerings emit ONNX ops that ONNX Runtime's CPU provider has no float64 kernel for (Conv,
-# AveragePool, GlobalAveragePool, Resize, Erf, Softplus, HardSigmoid, Elu, Atan (atan2 too), Tan): a float64 node of these
+# AveragePool, GlobalAveragePool, Resize, Erf, Softplus, HardSigmoid, Elu, Atan, Tan): a float64 node of these
 # would make the whole partition fail to build. tests/test_lowerings.py checks that every other float64 sample
 # builds, so this set cannot silently fall short.
 NO_FLOAT64_CPU_KERNEL = frozenset({
@@ -281,7 +281,7 @@ NO_FLOAT64_CPU_KERNEL = frozenset({
     aten.upsample_nearest2d.vec, aten.upsample_nearest2d.default, aten.upsample_bilinear2d.vec,
     aten.upsample_bilinear2d.default, torch.ops.hybrid_trt.interpolate.default, aten.erf.default,
     aten.gelu.default, aten.softplus.default, aten.mish.default, aten.hardsigmoid.default,
-    aten.hardswish.default, aten.elu.default, aten.atan.default, aten.atan2.default, aten.tan.default,
+    aten.hardswish.default, aten.elu.default, aten.atan.default, aten.tan.default,
 })
 
 

@@ -267,21 +267,6 @@ def _check_float_input(node: Node):
     return None if isinstance(x, torch.Tensor) and x.dtype.is_floating_point else "non-float input"
 
 
-@lowering(aten.atan2.default, dtypes=FLOAT)
-def lower_atan2(ctx, node):
-    """ONNX has no Atan2: atan(y / x), moved to the quadrant by the signs (C's atan2 for finite values)."""
-    dtype = ctx.dtype(node)
-    y, x = ctx.input(node.args[0], dtype), ctx.input(node.args[1], dtype)
-    zero, pi = ctx.const(0.0, dtype), ctx.const(math.pi, dtype)
-    base = ctx.op("Atan", ctx.op("Div", y, x))
-    # x < 0: add pi in the upper half plane, subtract it in the lower (y = -0.0 counts as upper: not sign-exact).
-    shifted = ctx.op("Where", ctx.op("Less", y, zero), ctx.op("Sub", base, pi), ctx.op("Add", base, pi))
-    left = ctx.op("Where", ctx.op("Less", x, zero), shifted, base)
-    # x == 0: +-pi/2 by the sign of y, 0 at the origin.
-    on_axis = ctx.op("Mul", ctx.op("Sign", y), ctx.const(math.pi / 2, dtype))
-    return ctx.op("Where", ctx.op("Equal", x, zero), on_axis, left)
-
-
 @lowering(aten.rsqrt.default)
 def lower_rsqrt(ctx, node):
     return ctx.op("Reciprocal", ctx.op("Sqrt", ctx.input(node.args[0], ctx.dtype(node))))
