@@ -71,16 +71,34 @@ def lower_leaky_relu(ctx, node):
     return ctx.op("LeakyRelu", ctx.input(node.args[0]), alpha=float(slope))
 
 
-def _check_elu(node):
-    scale = node.args[2] if len(node.args) > 2 else 1
-    input_scale = node.args[3] if len(node.args) > 3 else 1
-    return None if scale == 1 and input_scale == 1 else "scaled elu"
-
-
-@lowering(aten.elu.default, check=_check_elu)
+# SELU and CELU reach the graph as elu with a scale (SELU's gamma) or an input scale (CELU's 1/alpha).
+@lowering(aten.elu.default)
 def lower_elu(ctx, node):
-    alpha = ctx.arg(node.args[1]) if len(node.args) > 1 else 1.0
-    return ctx.op("Elu", ctx.input(node.args[0]), alpha=float(alpha))
+    args = [ctx.arg(a) for a in node.args[1:4]]
+    alpha, scale, input_scale = (float(a) for a in args + [1.0] * (3 - len(args)))
+    x = ctx.input(node.args[0])
+    if input_scale == 1:
+        return ctx.op("Elu", x, alpha=alpha) if scale == 1 else ctx.op("Selu", x, alpha=alpha, gamma=scale)
+    # ATen: x > 0 ? scale * x : scale * alpha * (exp(input_scale * x) - 1)
+    dtype = ctx.dtype(node)
+    negative = ctx.op("Mul", ctx.op("Sub", ctx.op("Exp", ctx.op("Mul", x, ctx.const(input_scale, dtype))),
+                                    ctx.const(1.0, dtype)), ctx.const(alpha * scale, dtype))
+    positive = ctx.op("Mul", x, ctx.const(scale, dtype)) if scale != 1 else x
+    return ctx.op("Where", ctx.op("Greater", x, ctx.const(0.0, dtype)), positive, negative)
+
+
+def _check_glu(node):
+    x = node.args[0].meta.get("val")
+    return None if isinstance(x, torch.Tensor) and x.dim() > 0 else "0-d input"
+
+
+@lowering(aten.glu.default, check=_check_glu)
+def lower_glu(ctx, node):
+    """a * sigmoid(b), a and b the two halves of ``dim``."""
+    x, dim = node.args[0], node.args[1] if len(node.args) > 1 else -1
+    half = ctx.shape(x)[dim] // 2
+    a, b = ctx.op("Split", ctx.input(x), ctx.ints([half, half]), axis=dim, outputs=2)
+    return ctx.op("Mul", a, ctx.op("Sigmoid", b))
 
 
 @lowering(aten.softplus.default)

@@ -31,7 +31,8 @@ def _check_sum(node):
     return None
 
 
-@lowering(aten.sum.dim_IntList, aten.sum.default, dtypes=NUMERIC, check=_check_sum)
+# A bool sum (counting: ``(scores > t).sum()``) is ATen's int64 sum of the cast flags.
+@lowering(aten.sum.dim_IntList, aten.sum.default, dtypes=ANY, check=_check_sum)
 def lower_sum(ctx, node):
     dim = node.args[1] if len(node.args) > 1 else None
     keepdim = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
