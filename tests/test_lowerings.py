@@ -45,6 +45,12 @@ class W:
 
 
 @dataclasses.dataclass
+class QParams(W):
+    """A weight the op requires in float32 whatever the data's dtype (quantization scales): the float64 and
+    float16 variants of a sample keep it."""
+
+
+@dataclasses.dataclass
 class S:
     """A size input (SymInt placeholder in a dynamic graph; a Python int here)."""
     value: int
@@ -342,6 +348,18 @@ SAMPLES: dict[Any, list[Case]] = {
           T(torch.tensor([[0.0, -1.0, float("-inf")], [float("-inf")] * 3, [0.5, 0.0, 0.0]])), False, None, False,
           rtol=1e-4, atol=1e-4, id="nan_key_additive_mask")],
     # normalization.py
+    # quantize.py: bit-exact (rtol = atol = 0), including values exactly halfway between two steps
+    aten.fake_quantize_per_tensor_affine_cachemask.default: [
+        C(T(X3() * 3), 0.05, 0, -128, 127, outputs=(0,), rtol=0, atol=0, id="int8"),
+        C(T(X3() * 3), 0.1, 128, 0, 255, outputs=(0,), rtol=0, atol=0, id="uint8_zero_point"),
+        C(T(X3() * 3), 0.037, 0, -127, 127, outputs=(0,), rtol=0, atol=0, id="symmetric_narrow"),
+        C(T(torch.arange(-12, 13, dtype=torch.float32) * 0.125 + 0.0625), 0.125, 3, -8, 7, outputs=(0,), rtol=0,
+          atol=0, id="halfway_ties")],
+    aten.fake_quantize_per_channel_affine_cachemask.default: [
+        C(T(X4() * 2), QParams(torch.tensor([0.02, 0.05, 0.11])), W(torch.tensor([0, 3, -2], dtype=torch.int32)), 1, -128,
+          127, outputs=(0,), rtol=0, atol=0, id="activations_axis1"),
+        C(W(rn(4, 3, 3, 3)), QParams(torch.tensor([0.01, 0.02, 0.03, 0.04])), W(torch.zeros(4, dtype=torch.int32)), 0, -127,
+          127, outputs=(0,), rtol=0, atol=0, id="weights_axis0")],
     aten._native_batch_norm_legit_no_training.default: [
         C(T(X4()), W(rn(3, seed=1)), W(rn(3, seed=2)), W(rn(3, seed=3) * 0.1), W(pos(3, seed=4)), 0.1, 1e-5,
           outputs=(0,), rtol=1e-4, atol=1e-4),
@@ -653,6 +671,8 @@ def test_lowering_needs_no_traced_metas(target, case):
 
 
 def _as_float64(a):
+    if isinstance(a, QParams):
+        return a
     if isinstance(a, (T, W)) and a.value.dtype == torch.float32:
         return type(a)(a.value.double())
     if isinstance(a, list):
@@ -767,6 +787,8 @@ def _cuda_provider() -> bool:
 
 def _as_float16(a, device="cpu"):
     """A sample's float32 tensors as float16 on ``device`` (and a float32 dtype argument as float16)."""
+    if isinstance(a, QParams):
+        return type(a)(a.value.to(device))
     if isinstance(a, (T, W)):
         v = a.value.half() if a.value.dtype == torch.float32 else a.value
         return type(a)(v.to(device))
@@ -1245,6 +1267,39 @@ def test_points_to_bev_scatters_delegate_with_their_block():
                "aten.isnan.default", "aten.trunc.default"):
         assert op in delegated, (op, report.table())
     assert not report.inductor_ops and len(report.partitions) == 1, report.table()
+
+
+class _FakeQuantizedConvs(torch.nn.Module):
+    """A quantization-aware-trained block as it is deployed: each conv's input fake-quantized per tensor, its
+    weight per output channel (the ops torch.fake_quantize_per_tensor_affine / per_channel_affine trace as).
+    Without their lowerings every fake quantization stayed with Inductor and cut the convs apart."""
+
+    def __init__(self):
+        super().__init__()
+        self.convs = torch.nn.ModuleList([torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.Conv2d(8, 8, 3, padding=1)])
+
+    def forward(self, x):
+        for conv in self.convs:
+            x = torch.fake_quantize_per_tensor_affine(x, 0.02, 0, -128, 127)
+            scale = conv.weight.detach().abs().amax(dim=(1, 2, 3)) / 127
+            weight = torch.fake_quantize_per_channel_affine(conv.weight, scale, torch.zeros(8, dtype=torch.int32),
+                                                            0, -127, 127)
+            x = torch.relu(torch.nn.functional.conv2d(x, weight, conv.bias, padding=1))
+        return x
+
+
+def test_fake_quantized_block_delegates_whole():
+    torch.manual_seed(0)
+    model, x = _FakeQuantizedConvs().eval(), torch.randn(1, 3, 16, 16)
+    with torch.no_grad():
+        expected = model(x)
+        actual = torch.compile(model, backend="hybrid_trt", options={"strict": True})(x)
+    assert_close(actual, expected, rtol=1e-4, atol=1e-4)
+    report = hybrid_trt.last_report()
+    assert not report.inductor_ops and len(report.partitions) == 1, report.table()
+    ops = report.partitions[0].ops
+    assert ops["aten.fake_quantize_per_tensor_affine_cachemask.default"] == 2, report.table()
+    assert ops["aten.fake_quantize_per_channel_affine_cachemask.default"] == 2, report.table()
 
 
 class _VideoBlock(torch.nn.Module):

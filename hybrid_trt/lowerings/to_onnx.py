@@ -28,7 +28,32 @@ class _MetaInterpreter(fx.Interpreter):
     def call_function(self, target, args, kwargs):
         if "device" in kwargs:  # factories (arange, full, ...) would make real tensors next to the meta ones
             kwargs = {**kwargs, "device": torch.device("meta")}
-        return super().call_function(target, args, kwargs)
+        try:
+            return super().call_function(target, args, kwargs)
+        except NotImplementedError:  # no Meta kernel (fake quantization): ask fake tensors, as Dynamo's trace did
+            return _through_fake_tensors(target, args, kwargs)
+
+
+def _through_fake_tensors(target, args, kwargs):
+    """Output metas of an op without a Meta kernel: FakeTensorMode runs such an op's CPU kernel on stand-in
+    data (its fallback), which is how the op was traced in the first place."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.utils import _pytree as pytree
+
+    mode = FakeTensorMode()
+
+    def fake(t):
+        if not isinstance(t, torch.Tensor):
+            return t
+        return mode.from_tensor(torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="cpu"))
+
+    def meta(t):
+        return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta") if isinstance(t, torch.Tensor) else t
+
+    fake_args, fake_kwargs = pytree.tree_map(fake, (args, kwargs))
+    with mode:
+        out = target(*fake_args, **fake_kwargs)
+    return pytree.tree_map(meta, out)
 
 
 def specialise(module: fx.GraphModule, input_shapes: Sequence, input_dtypes: Sequence,
