@@ -19,6 +19,7 @@ from . import cudagraphs
 from . import delegates as _delegates
 from . import placement as _placement
 from .capture.attention import canonicalize_attention
+from .capture.bounds import declared_ranges
 from .capture.sizes import sizes_from_inputs
 from .capture.preserve import inductor_decompositions, preserve_ops
 from .capture import capture_decompositions, needs_gradients, weight_input_indices
@@ -89,7 +90,8 @@ def _compile_graph(gm: fx.GraphModule, example_inputs, opts: Options, check_weig
     continues = _ends_at_graph_break(gm)  # the call goes on after this graph (placement.py)
     original = _baked_weights.copy_graph(gm) if weights and check_weights else None  # for calls with other weights
     store = engine_store(opts)
-    policy = Policy(opts.strict, opts.max_engines_per_partition)
+    # Dimensions marked dynamic with bounds get an engine per range where the partition allows one.
+    policy = Policy(opts.strict, opts.max_engines_per_partition, ranges=declared_ranges(gm))
     runtimes: list = []  # held by the compiled function: the key registry holds weak references only
     graph: GraphCache | None = None
     ran: list = []  # inner_compile ran (else Inductor's AOTAutograd cache served the graph)

@@ -4,7 +4,9 @@
 
 MODEL ``transformer`` and ``detector`` are examples/models.py (small); ``renamed`` is the transformer block
 written again with other Python variable and attribute names (same weights); ``dynamic`` is the transformer
-compiled with dynamic=True and called with two batch sizes (``dynamic_new``: and a third one)."""
+compiled with dynamic=True and called with two batch sizes (``dynamic_new``: and a third one); ``bounded`` is the
+transformer with its batch marked dynamic with bounds (``torch._dynamo.mark_dynamic(x, 0, min=2, max=16)``),
+called with three batch sizes; ``unbounded`` the same with ``mark_dynamic(x, 0)``."""
 import json
 import pathlib
 import sys
@@ -43,7 +45,11 @@ class RenamedBlock(nn.Module):
 def main(backend: str, name: str) -> None:
     torch.manual_seed(0)
     dynamic = name in ("dynamic", "dynamic_new")  # symbolic batch: engines per shape, built (or loaded) at first sight
-    model, x = build("transformer" if name in ("renamed", "dynamic", "dynamic_new") else name, small=True)
+    marked = name in ("bounded", "unbounded")
+    model, x = build("transformer" if name in ("renamed", "dynamic", "dynamic_new") or marked else name, small=True)
+    if marked:
+        x = torch.randn(4, *x.shape[1:])
+        torch._dynamo.mark_dynamic(x, 0, **({"min": 2, "max": 16} if name == "bounded" else {}))
     if name == "renamed":
         model = RenamedBlock(model).eval()
     calls = []
@@ -59,8 +65,8 @@ def main(backend: str, name: str) -> None:
         expected = model(x)
         compiled = torch.compile(model, backend=backend, dynamic=dynamic or None)
         out = compiled(x)
-        if dynamic:
-            for batch in (3, 5) if name == "dynamic_new" else (3,):  # 5: a shape the first process never saw
+        if dynamic or marked:
+            for batch in (3, 5) if name in ("dynamic_new", "bounded", "unbounded") else (3,):  # 5: never seen before
                 other = torch.randn(batch, *x.shape[1:])
                 assert torch.allclose(compiled(other), model(other), rtol=1e-4, atol=1e-4)
     expected = expected if isinstance(expected, (tuple, list)) else (expected,)
@@ -75,6 +81,7 @@ def main(backend: str, name: str) -> None:
         result["from_graph_manifest"] = [r.from_graph_manifest for r in reports]
         result["per_call"] = [r.per_call for r in reports]
         result["partitions"] = [{"status": p.status, "key": p.key, "engines": [e.source for e in p.engines],
+                                 "signatures": [e.signature for e in p.engines],
                                  "seconds": [e.seconds for e in p.engines]} for r in reports for p in r.partitions]
         result["tables"] = [r.table() for r in reports]
     print("RESULT " + json.dumps(result))

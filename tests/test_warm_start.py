@@ -52,6 +52,33 @@ def test_warm_start_with_symbolic_shapes_loads_each_shape(tmp_path):
     assert _sources(warm) == ["loaded", "loaded"], warm["tables"]  # recipe and both shapes' engines stored
 
 
+def test_bounded_dynamic_dimension_gets_one_engine_for_its_range_and_a_warm_start_loads_it(tmp_path):
+    """``torch._dynamo.mark_dynamic(x, 0, min=2, max=16)`` (a LiDAR frame's point count, say): the partition gets
+    one engine for the range, not one per size (torch.compile used to build an engine at every new size, each
+    frame's, until the per-partition bound); a warm start loads that engine and builds nothing for any size."""
+    cold = run_child(tmp_path, "hybrid_trt", "bounded")
+    assert cold["matches"], cold["tables"]
+    delegated = [p for p in cold["partitions"] if p["status"] == "delegated"]
+    assert delegated and all(p["signatures"] == ["range [2..16]x16x32"] for p in delegated), cold["tables"]
+    assert set(_sources(cold)) == {"built"}, cold["tables"]
+
+    warm = run_child(tmp_path, "hybrid_trt", "bounded")
+    assert warm["matches"] and warm["from_inductor_cache"][-1] is True, warm["tables"]
+    assert [p["signatures"] for p in warm["partitions"]] == [p["signatures"] for p in cold["partitions"]]
+    assert set(_sources(warm)) == {"loaded"}, warm["tables"]  # three sizes called, the range engine loaded once
+
+
+def test_unbounded_dynamic_dimension_keeps_engines_per_shape(tmp_path):
+    """Without bounds the range is unknown (TensorRT needs one for its profile): an engine per size, as before.
+    The graph key includes the declared ranges, so a bounded compile of the same model is not served these."""
+    unbounded = run_child(tmp_path, "hybrid_trt", "unbounded")
+    assert unbounded["matches"] and len(_sources(unbounded)) == 3, unbounded["tables"]
+    assert not any(s.startswith("range") for p in unbounded["partitions"] for s in p["signatures"])
+    bounded = run_child(tmp_path, "hybrid_trt", "bounded")
+    assert bounded["matches"] and bounded["from_inductor_cache"][-1] is False, bounded["tables"]
+    assert all(s.startswith("range") for p in bounded["partitions"] for s in p["signatures"]), bounded["tables"]
+
+
 def test_an_entry_that_verifies_but_does_not_load_is_replaced(tmp_path):
     """Engine files whose checksums match but which the delegate rejects (written by a broken build, or a
     delegate upgrade the key does not see): the entry was rebuilt in memory by every process and never replaced,

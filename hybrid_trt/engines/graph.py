@@ -45,6 +45,7 @@ _FORMAT = 2  # 2: per_call (the backend's direct-call plan and baked weights)
 def graph_key(gm: fx.GraphModule, example_inputs, weights: dict, options) -> str:
     """Hash of everything that decides the hybrid compile of ``gm`` (see the module doc)."""
     from .. import __version__
+    from ..capture.bounds import declared_ranges
     from ..lowerings.registry import registered_targets
     from ..plugins.registry import foreign_targets
     device = next((x.device for x in example_inputs if isinstance(x, torch.Tensor)), torch.device("cpu"))
@@ -52,6 +53,7 @@ def graph_key(gm: fx.GraphModule, example_inputs, weights: dict, options) -> str
     header = {
         "format": _FORMAT, "hybrid_trt": __version__, "torch": torch.__version__, "code": gm.code,
         "inputs": [_spec(n.meta.get("example_value", n.meta.get("val"))) for n in placeholders],
+        "ranges": declared_ranges(gm),  # bounded dims get engines per range, unbounded ones per shape
         "example_inputs": [_spec(x) for x in example_inputs],
         "options": options.compiled_fields(), "delegates": options.resolved_delegates(),
         "lowerings": sorted(str(t) for t in registered_targets() - foreign_targets(gm.graph)),
@@ -130,6 +132,9 @@ class GraphCache:
             row.pop("engines")
             row["key"] = None if rt is None or p.status != "delegated" else rt.key  # what the graph calls
             row["device"] = None if rt is None else str(rt.device)
+            # Engines that each serve a range of shapes (bounded dynamic dims): a warm start loads them too, or
+            # every shape of the range would build an engine of its own again.
+            row["ranges"] = [] if rt is None else [key for _plan, key, _engine in rt.ranged]
             rows.append(row)
         manifest = {"format": _FORMAT, "salt": self.salt, "partitions": rows,
                     "inductor_ops": [dataclasses.astuple(op) for op in report.inductor_ops],
@@ -163,7 +168,7 @@ def open_graph(store: EngineStore, key: str, policy: Policy,
     announce(per_call)
     runtimes, partitions = {}, []
     for row in rows:
-        content_key, device = row["key"], row.pop("device")
+        content_key, device, ranges = row["key"], row.pop("device"), row.pop("ranges", [])
         report = PartitionReport(**row)
         partitions.append(report)
         if content_key is None:
@@ -174,6 +179,13 @@ def open_graph(store: EngineStore, key: str, policy: Policy,
         if runtime is None:  # an engine left the store: Inductor's stored graph must not be used
             logger.info("hybrid_trt: engine of partition %d no longer stored; compiling the graph afresh",
                         report.index)
+            return dataclasses.replace(fresh, runtimes=runtimes)
+        try:
+            for range_key in ranges:
+                runtime.load_range(range_key)
+        except Exception as e:  # noqa: BLE001 - a damaged or missing range engine: compile the graph afresh
+            logger.info("hybrid_trt: range engine of partition %d not loadable (%s); compiling the graph afresh",
+                        report.index, e)
             return dataclasses.replace(fresh, runtimes=runtimes)
         runtimes[content_key] = runtime
         logger.debug("hybrid_trt: partition %d loaded in %.3f s", report.index, time.perf_counter() - t0)

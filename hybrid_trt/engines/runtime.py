@@ -68,7 +68,7 @@ class Policy:
     deploy: bool = False  # a loaded package (export/): any lowering, engine build or Inductor fallback raises
     # Declared finite ranges of dynamic dims, ((symbol, min, opt, max), ...): a symbolic partition that lowers
     # to the same graph across its range gets one engine for the range (ranges.py). Given by export, which
-    # declares bounded dims; empty for torch.compile (Dynamo's dynamic dims are unbounded): engines per shape.
+    # declares bounded dims; torch.compile those marked with bounds (capture/bounds.py). Unbounded: per shape.
     ranges: tuple = ()
 
 

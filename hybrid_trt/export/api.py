@@ -35,7 +35,8 @@ from ..plugins import registry as plugin_registry
 from . import custom_ops
 from . import package as pkg
 from .engine_check import EngineCheck
-from .input_dims import DimCheck, describe as describe_dims, finite
+from ..capture.bounds import finite
+from .input_dims import DimCheck, describe as describe_dims
 from .package import PackageError
 
 # Engines of a package are never evicted from its store.

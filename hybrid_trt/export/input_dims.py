@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
+from ..capture.bounds import finite
+
 
 def describe(shape, ranges) -> list:
     """The manifest's ``dims`` of one traced input: ``shape`` its (symbolic) sizes, ``ranges`` torch.export's
@@ -29,13 +31,6 @@ def describe(shape, ranges) -> list:
         else:
             out.append({"symbol": str(expr), "min": int(r.lower), "max": int(r.upper)})
     return out
-
-
-def finite(bound) -> bool:
-    """Whether a range bound is a number: torch.export writes an unbounded Dim's max as torch's own int_oo, whose
-    sympy ``is_finite`` says True."""
-    from torch.utils._sympy.numbers import int_oo
-    return bound not in (int_oo, -int_oo) and bool(bound.is_finite)
 
 
 class DimCheck:
