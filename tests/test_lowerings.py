@@ -1269,6 +1269,25 @@ def test_points_to_bev_scatters_delegate_with_their_block():
     assert not report.inductor_ops and len(report.partitions) == 1, report.table()
 
 
+def test_points_to_bev_over_a_bounded_point_count_gets_one_engine():
+    """A LiDAR frame's point count changes every frame: marked dynamic with bounds, the scatters read every size
+    with Shape (none is written as a number), so the block lowers to one graph across the range and one engine
+    serves every count; index_put was declined for symbolic index shapes before."""
+    torch.manual_seed(0)
+    model = _PointsToBEV().eval()
+    compiled = torch.compile(model, backend="hybrid_trt", options={"strict": True})
+    with torch.no_grad():
+        for n in (40, 57, 33):
+            args = (torch.randn(n, 4), torch.randint(0, 64, (n,)), torch.randint(0, 5, (6,)))
+            if n == 40:
+                torch._dynamo.mark_dynamic(args[0], 0, min=2, max=5000)
+                torch._dynamo.mark_dynamic(args[1], 0, min=2, max=5000)
+            assert_close(compiled(*args), model(*args), rtol=1e-4, atol=1e-4, what=f"{n} points")
+    report = hybrid_trt.last_report()
+    assert not report.inductor_ops and len(report.partitions) == 1, report.table()
+    assert [e.signature for e in report.partitions[0].engines] == ["range [2..5000]x4, [2..5000], 6"], report.table()
+
+
 class _FakeQuantizedConvs(torch.nn.Module):
     """A quantization-aware-trained block as it is deployed: each conv's input fake-quantized per tensor, its
     weight per output channel (the ops torch.fake_quantize_per_tensor_affine / per_channel_affine trace as).

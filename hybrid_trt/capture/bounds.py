@@ -36,7 +36,9 @@ def declared_ranges(gm: fx.GraphModule) -> tuple:
             if str(expr) in out or r is None or not (finite(r.lower) and finite(r.upper)):
                 continue
             lo, hi = int(r.lower), int(r.upper)
-            hint = shape_env.var_to_val.get(expr)
+            # torch 2.14 renamed var_to_val (the traced sizes) to backed_var_to_val; 2.11 has the old name only
+            hints = getattr(shape_env, "backed_var_to_val", None)
+            hint = (hints if hints is not None else shape_env.var_to_val).get(expr)
             opt = min(max(int(hint), lo), hi) if hint is not None else lo
             out[str(expr)] = (str(expr), lo, opt, hi)
     return tuple(out[name] for name in sorted(out))
