@@ -604,13 +604,18 @@ class PartitionRuntime:
         self.report.events.append(
             f"engine bound {self.policy.max_engines} reached: shape {text} and every later new shape run "
             "through Inductor")
+        # A size that varies over a known range (a point count, a batch) can have one engine for all of it.
+        ranged = ("" if self.ranged else
+                  " For a size that varies over a known range (a LiDAR point count, a batch), mark it dynamic with "
+                  "bounds, torch._dynamo.mark_dynamic(x, dim, min=..., max=...): one engine then serves the whole "
+                  "range where the partition allows it.")
         logger.warning(
             "hybrid_trt: %s reached max_engines_per_partition=%d at shape %s: its input shapes keep changing "
             "(a batch or image size that varies, or sizes that follow the data, e.g. per detection). This and "
             "every later new shape run through Inductor (the %d engines built or loaded still serve their "
             "shapes). Raise max_engines_per_partition if the shapes recur, or keep these ops with Inductor "
-            "(force_inductor_ops=[...]).",
-            self.name, self.policy.max_engines, text, self.policy.max_engines)
+            "(force_inductor_ops=[...]).%s",
+            self.name, self.policy.max_engines, text, self.policy.max_engines, ranged)
         self._inductor_runner()
         self._past_bound = True
         return self._fallback(inputs, sizes)
