@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ._util import only_first_output_used
 from ..registry import lowering
+from ._util import only_first_output_used
 
 aten = torch.ops.aten
 _F32 = frozenset({torch.float32})

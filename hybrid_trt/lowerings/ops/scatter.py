@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from ..registry import ANY, NUMERIC, lowering
+from ..registry import ANY, lowering
 from ._util import dims
 
 aten = torch.ops.aten
