@@ -22,6 +22,8 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
 import hybrid_trt  # noqa: F401
+from hybrid_trt.delegates import onnxruntime_delegate
+from hybrid_trt.delegates.onnxruntime_delegate import SLOW_ON_CPU
 from hybrid_trt.lowerings import lower_to_onnx
 from hybrid_trt.lowerings.registry import _LOWERINGS, STANDARD_DOMAIN
 
@@ -710,6 +712,8 @@ def _lowered_unless_declined(target, case: Case, dtype_word: str):
     gm, tensor_inputs, size_inputs, eager_args, eager_kwargs, call = _build(target, case)
     FakeTensorProp(gm, FakeTensorMode(allow_non_fake_inputs=True)).propagate(*tensor_inputs, *size_inputs)
     reason = unsupported_reason(call, get_delegate("onnxruntime"), frozenset())
+    if reason is not None and target in SLOW_ON_CPU and call.args[0].meta["val"].device.type == "cpu":
+        reason = None  # declined on the CPU provider for speed, not correctness: its lowering is still checked here
     if reason is not None:
         assert dtype_word in reason, reason
         return None
@@ -1253,7 +1257,24 @@ class _PointsToBEV(torch.nn.Module):
         return torch.nan_to_num(heading / bev[:, 1].trunc(), nan=0.0), one_hot
 
 
-def test_points_to_bev_scatters_delegate_with_their_block():
+@pytest.fixture
+def scatters_on_cpu(monkeypatch):
+    """index_put delegated on the CPU provider too (declined there for speed: SLOW_ON_CPU), so that these tests
+    run the lowering end to end on this machine as it runs on CUDA."""
+    monkeypatch.setattr(onnxruntime_delegate, "SLOW_ON_CPU", frozenset())
+
+
+def test_index_put_stays_with_inductor_on_the_cpu_provider_with_its_reason():
+    torch.manual_seed(0)
+    model = _PointsToBEV().eval()
+    args = (torch.randn(40, 4), torch.randint(0, 64, (40,)), torch.randint(0, 5, (6,)))
+    with torch.no_grad():
+        assert_close(torch.compile(model, backend="hybrid_trt")(*args), model(*args), rtol=1e-4, atol=1e-4)
+    reasons = {op.op: op.reason for op in hybrid_trt.last_report().inductor_ops}
+    assert "ScatterND" in reasons.get("aten.index_put.default", ""), hybrid_trt.last_report().table()
+
+
+def test_points_to_bev_scatters_delegate_with_their_block(scatters_on_cpu):
     torch.manual_seed(0)
     model = _PointsToBEV().eval()
     args = (torch.randn(40, 4), torch.randint(0, 64, (40,)), torch.randint(0, 5, (6,)))
@@ -1269,7 +1290,7 @@ def test_points_to_bev_scatters_delegate_with_their_block():
     assert not report.inductor_ops and len(report.partitions) == 1, report.table()
 
 
-def test_points_to_bev_over_a_bounded_point_count_gets_one_engine():
+def test_points_to_bev_over_a_bounded_point_count_gets_one_engine(scatters_on_cpu):
     """A LiDAR frame's point count changes every frame: marked dynamic with bounds, the scatters read every size
     with Shape (none is written as a number), so the block lowers to one graph across the range and one engine
     serves every count; index_put was declined for symbolic index shapes before."""
