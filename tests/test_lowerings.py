@@ -1259,19 +1259,20 @@ class _PointsToBEV(torch.nn.Module):
 
 @pytest.fixture
 def scatters_on_cpu(monkeypatch):
-    """index_put delegated on the CPU provider too (declined there for speed: SLOW_ON_CPU), so that these tests
-    run the lowering end to end on this machine as it runs on CUDA."""
+    """The scatters delegated on the CPU provider too (declined there for speed: SLOW_ON_CPU), so that these tests
+    run their lowerings end to end on this machine as they run on CUDA."""
     monkeypatch.setattr(onnxruntime_delegate, "SLOW_ON_CPU", frozenset())
 
 
-def test_index_put_stays_with_inductor_on_the_cpu_provider_with_its_reason():
+def test_scatters_stay_with_inductor_on_the_cpu_provider_with_their_reason():
     torch.manual_seed(0)
     model = _PointsToBEV().eval()
     args = (torch.randn(40, 4), torch.randint(0, 64, (40,)), torch.randint(0, 5, (6,)))
     with torch.no_grad():
         assert_close(torch.compile(model, backend="hybrid_trt")(*args), model(*args), rtol=1e-4, atol=1e-4)
     reasons = {op.op: op.reason for op in hybrid_trt.last_report().inductor_ops}
-    assert "ScatterND" in reasons.get("aten.index_put.default", ""), hybrid_trt.last_report().table()
+    for op in ("aten.index_put.default", "aten.scatter_add.default"):
+        assert "CPU scatter kernels" in reasons.get(op, ""), hybrid_trt.last_report().table()
 
 
 def test_points_to_bev_scatters_delegate_with_their_block(scatters_on_cpu):

@@ -285,13 +285,12 @@ NO_FLOAT64_CPU_KERNEL = frozenset({
 })
 
 
-# ONNX Runtime's CPU ScatterND (our index_put) copies its whole data tensor and then writes element by element:
-# a pillar canvas (64 x 53568 floats, 12000 pillars) took 4.3 ms (13.1 ms accumulating) where Inductor's in-place
-# scatter took 1.8 ms (3.4 ms) and eager 4.9 ms (8.2 ms), and with 30000 pillars 8.7 ms against 6.4 (eager) and
-# 2.9 (Inductor): slower than both (2-core CPU, session 20, /tmp probe of a relu -> index_put -> sigmoid block).
-# ScatterElements (scatter, scatter_add) was faster than both there. On CPU index_put stays with Inductor; on
-# CUDA (and TensorRT) it is delegated.
-SLOW_ON_CPU = frozenset({aten.index_put.default})
+# ONNX Runtime's CPU ScatterND and ScatterElements (index_put, scatter, scatter_add, scatter_reduce) copy their whole
+# data tensor and write element by element: on pillar canvases and BEV grids they ran 1.5-5x Inductor's in-place
+# scatter and mostly slower than eager too (benchmarks/probe_cpu_scatter.py, results/cpu_scatter_2core.md). On the
+# CPU provider these stay with Inductor; on CUDA (and TensorRT) they are delegated.
+SLOW_ON_CPU = frozenset({aten.index_put.default, aten.scatter.src, aten.scatter.value, aten.scatter.reduce,
+                         aten.scatter.value_reduce, aten.scatter_add.default, aten.scatter_reduce.two})
 
 
 def _on_cuda(node) -> bool:
@@ -378,7 +377,7 @@ class OnnxRuntimeDelegate(Delegate):
         if node.target in NO_FLOAT64_CPU_KERNEL and torch.float64 in dtypes:
             return f"{self.name}: no float64 kernel on the CPU provider"
         if node.target in SLOW_ON_CPU and not _on_cuda(node):
-            return (f"{self.name}: its CPU ScatterND copies the whole tensor and writes element by element, "
+            return (f"{self.name}: its CPU scatter kernels copy the whole tensor and write element by element, "
                     "slower than Inductor's in-place write (delegated on CUDA)")
         return None
 
