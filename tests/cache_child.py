@@ -6,7 +6,8 @@ MODEL ``transformer`` and ``detector`` are examples/models.py (small); ``renamed
 written again with other Python variable and attribute names (same weights); ``dynamic`` is the transformer
 compiled with dynamic=True and called with two batch sizes (``dynamic_new``: and a third one); ``bounded`` is the
 transformer with its batch marked dynamic with bounds (``torch._dynamo.mark_dynamic(x, 0, min=2, max=16)``),
-called with three batch sizes; ``unbounded`` the same with ``mark_dynamic(x, 0)``."""
+called with three batch sizes (``bounded_other_first``: the first of them another one); ``unbounded`` the same with
+``mark_dynamic(x, 0)``."""
 import json
 import pathlib
 import sys
@@ -45,11 +46,11 @@ class RenamedBlock(nn.Module):
 def main(backend: str, name: str) -> None:
     torch.manual_seed(0)
     dynamic = name in ("dynamic", "dynamic_new")  # symbolic batch: engines per shape, built (or loaded) at first sight
-    marked = name in ("bounded", "unbounded")
+    marked = name in ("bounded", "bounded_other_first", "unbounded")
     model, x = build("transformer" if name in ("renamed", "dynamic", "dynamic_new") or marked else name, small=True)
     if marked:
-        x = torch.randn(4, *x.shape[1:])
-        torch._dynamo.mark_dynamic(x, 0, **({"min": 2, "max": 16} if name == "bounded" else {}))
+        x = torch.randn(6 if name == "bounded_other_first" else 4, *x.shape[1:])
+        torch._dynamo.mark_dynamic(x, 0, **({} if name == "unbounded" else {"min": 2, "max": 16}))
     if name == "renamed":
         model = RenamedBlock(model).eval()
     calls = []
@@ -66,7 +67,7 @@ def main(backend: str, name: str) -> None:
         compiled = torch.compile(model, backend=backend, dynamic=dynamic or None)
         out = compiled(x)
         if dynamic or marked:
-            for batch in (3, 5) if name in ("dynamic_new", "bounded", "unbounded") else (3,):  # 5: never seen before
+            for batch in (3, 5) if name in ("dynamic_new", "unbounded") or marked else (3,):  # 5: never seen before
                 other = torch.randn(batch, *x.shape[1:])
                 assert torch.allclose(compiled(other), model(other), rtol=1e-4, atol=1e-4)
     expected = expected if isinstance(expected, (tuple, list)) else (expected,)

@@ -67,6 +67,13 @@ def test_bounded_dynamic_dimension_gets_one_engine_for_its_range_and_a_warm_star
     assert [p["signatures"] for p in warm["partitions"]] == [p["signatures"] for p in cold["partitions"]]
     assert set(_sources(warm)) == {"loaded"}, warm["tables"]  # three sizes called, the range engine loaded once
 
+    # A LiDAR frame's point count differs at every start: a process whose first call has another size traces
+    # another graph (Inductor compiles again), but the range engine is keyed by its own content and loads.
+    other = run_child(tmp_path, "hybrid_trt", "bounded_other_first")
+    assert other["matches"], other["tables"]
+    assert [p["signatures"] for p in other["partitions"]] == [p["signatures"] for p in cold["partitions"]]
+    assert set(_sources(other)) == {"loaded"}, other["tables"]
+
 
 def test_unbounded_dynamic_dimension_keeps_engines_per_shape(tmp_path):
     """Without bounds the range is unknown (TensorRT needs one for its profile): an engine per size, as before.

@@ -21,8 +21,10 @@ def finite(bound) -> bool:
 
 def declared_ranges(gm: fx.GraphModule) -> tuple:
     """``((symbol, min, opt, max), ...)`` of every input dimension of Dynamo's graph that is a symbol with a finite
-    range in its shape environment, opt the size this compile traced (the shape TensorRT tunes for). The traced
-    (fake) inputs are the placeholders' ``example_value``; the example inputs a backend is given are real."""
+    range in its shape environment. opt (the shape TensorRT tunes for) is the upper bound, not the size this
+    compile happened to trace: a LiDAR frame's point count differs at every start, and with it the graph key and
+    the range engine's key would differ, so a warm start would build again. The traced (fake) inputs are the
+    placeholders' ``example_value``; the example inputs a backend is given are real."""
     out = {}
     for node in gm.graph.nodes:
         t = node.meta.get("example_value") if node.op == "placeholder" else None
@@ -36,9 +38,5 @@ def declared_ranges(gm: fx.GraphModule) -> tuple:
             if str(expr) in out or r is None or not (finite(r.lower) and finite(r.upper)):
                 continue
             lo, hi = int(r.lower), int(r.upper)
-            # torch 2.14 renamed var_to_val (the traced sizes) to backed_var_to_val; 2.11 has the old name only
-            hints = getattr(shape_env, "backed_var_to_val", None)
-            hint = (hints if hints is not None else shape_env.var_to_val).get(expr)
-            opt = min(max(int(hint), lo), hi) if hint is not None else lo
-            out[str(expr)] = (str(expr), lo, opt, hi)
+            out[str(expr)] = (str(expr), lo, hi, hi)
     return tuple(out[name] for name in sorted(out))

@@ -412,7 +412,12 @@ class PartitionRuntime:
             return
         lower_s = time.perf_counter() - t0
         text = "range " + plan.text()
-        key = _digest("range", self.key, plan.to_json(), [str(d) for d in dtypes])
+        # Keyed by the range model's own content, not by the partition's key: that one is lowered at the sizes the
+        # compile first traced (a LiDAR frame's point count, different at every start), this one at the plan's.
+        content = engine_key(model=models[0], input_specs=[(shape, dtype, None, self.device) for shape, dtype
+                                                           in zip(plan.inputs, dtypes)],
+                             delegate=self.delegate.name, delegate_options=self.delegate_options, environment=env)
+        key = _digest("range", content, plan.to_json(), [str(d) for d in dtypes])
         try:
             if self.store.root is None:
                 engine = self._build_engine(models[0], out_metas, text)
