@@ -159,8 +159,8 @@ def _compile_graph(gm: fx.GraphModule, example_inputs, opts: Options, check_weig
         with source_hashes_in_background() as start_hashing:  # Inductor's cache key needs them
             t0 = time.perf_counter()
             # They overlap with the engine loads unless the stored graph is called directly (no Inductor at all).
-            graph = open_graph(store, _with_traced_state(graph_key(gm, example_inputs, weights, opts), continues),
-                               policy,
+            key = graph_key(gm, example_inputs, weights, opts, policy.ranges)
+            graph = open_graph(store, _with_traced_state(key, continues), policy,
                                before_loads=lambda
                                stored: None if _stored_direct(stored, opts) else start_hashing())
             logger.debug("hybrid_trt: graph %d key and stored engines in %.3f s", report.graph_index,

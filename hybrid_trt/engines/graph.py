@@ -42,10 +42,10 @@ MANIFEST = "manifest.json"
 _FORMAT = 2  # 2: per_call (the backend's direct-call plan and baked weights)
 
 
-def graph_key(gm: fx.GraphModule, example_inputs, weights: dict, options) -> str:
-    """Hash of everything that decides the hybrid compile of ``gm`` (see the module doc)."""
+def graph_key(gm: fx.GraphModule, example_inputs, weights: dict, options, ranges: tuple = ()) -> str:
+    """Hash of everything that decides the hybrid compile of ``gm`` (see the module doc); ``ranges``: the declared
+    ranges of its dynamic dims (capture/bounds.py), which decide engines per range or per shape."""
     from .. import __version__
-    from ..capture.bounds import declared_ranges
     from ..lowerings.registry import registered_targets
     from ..plugins.registry import foreign_targets
     device = next((x.device for x in example_inputs if isinstance(x, torch.Tensor)), torch.device("cpu"))
@@ -53,7 +53,7 @@ def graph_key(gm: fx.GraphModule, example_inputs, weights: dict, options) -> str
     header = {
         "format": _FORMAT, "hybrid_trt": __version__, "torch": torch.__version__, "code": gm.code,
         "inputs": [_spec(n.meta.get("example_value", n.meta.get("val"))) for n in placeholders],
-        "ranges": declared_ranges(gm),  # bounded dims get engines per range, unbounded ones per shape
+        "ranges": list(ranges),
         "example_inputs": [_spec(x) for x in example_inputs],
         "options": options.compiled_fields(), "delegates": options.resolved_delegates(),
         "lowerings": sorted(str(t) for t in registered_targets() - foreign_targets(gm.graph)),

@@ -28,6 +28,7 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 import torch.utils._pytree as pytree
 
+from ..capture.bounds import finite
 from ..engines import ranges as _ranges
 from ..engines.op import run_surfacing_failures
 from ..log import TORCH_CPP_BUILDER, logger, quiet
@@ -35,7 +36,6 @@ from ..plugins import registry as plugin_registry
 from . import custom_ops
 from . import package as pkg
 from .engine_check import EngineCheck
-from ..capture.bounds import finite
 from .input_dims import DimCheck, describe as describe_dims
 from .package import PackageError
 
