@@ -250,21 +250,21 @@ def lower_exp2(ctx, node):
     return ctx.op("Pow", ctx.const(2.0, dtype), ctx.input(node.args[0], dtype))
 
 
+def _check_float_input(node: Node):
+    x = node.args[0].meta.get("val")
+    return None if isinstance(x, torch.Tensor) and x.dtype.is_floating_point else "non-float input"
+
+
 # ONNX IsNaN/IsInf take floats only; integers are never NaN or infinite (ATen answers False), so those stay with
 # Inductor rather than being cast. IsInf takes float16 and bfloat16 only from opset 20 (we emit 17).
-@lowering(aten.isnan.default, dtypes=FLOAT | BOOL, check=lambda n: _check_float_input(n))
+@lowering(aten.isnan.default, dtypes=FLOAT | BOOL, check=_check_float_input)
 def lower_isnan(ctx, node):
     return ctx.op("IsNaN", ctx.input(node.args[0]))
 
 
-@lowering(aten.isinf.default, dtypes={torch.float32, torch.float64, torch.bool}, check=lambda n: _check_float_input(n))
+@lowering(aten.isinf.default, dtypes={torch.float32, torch.float64, torch.bool}, check=_check_float_input)
 def lower_isinf(ctx, node):
     return ctx.op("IsInf", ctx.input(node.args[0]))
-
-
-def _check_float_input(node: Node):
-    x = node.args[0].meta.get("val")
-    return None if isinstance(x, torch.Tensor) and x.dtype.is_floating_point else "non-float input"
 
 
 @lowering(aten.rsqrt.default)
