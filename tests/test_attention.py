@@ -136,22 +136,26 @@ class KeyValueHeads(nn.Module):
         return self.o(y.transpose(1, 2).reshape(b, n, 32)).relu()
 
 
+@pytest.mark.parametrize("device,dtype", _settings())
 @pytest.mark.parametrize("case", ["broadcast", "broadcast-bool-mask", "broadcast-float-mask", "broadcast-causal",
                                   "enable_gqa-one-head", "dynamic", "grouped", "grouped-causal", "grouped-dynamic"])
-def test_multi_and_grouped_query_attention_delegate(case):
+def test_multi_and_grouped_query_attention_delegate(case, device, dtype):
     """One key/value head for every query head: it was declined ("grouped-query or broadcast batch dimensions"),
     which split timm's MobileNetV5-300M into 34 partitions around its 33 attention ops; MatMul broadcasts. Two
     key/value heads for four query heads (``enable_gqa``): the query heads are grouped, keys and values broadcast."""
     torch.manual_seed(0)
     masks = {"broadcast-bool-mask": torch.ones(12, 12, dtype=torch.bool).tril(), "broadcast-float-mask":
              torch.randn(12, 12)}
+    mask = masks.get(case)
+    mask = None if mask is None else mask.to(device, dtype if mask.is_floating_point() else torch.bool)
     model = KeyValueHeads(kv=2 if case.startswith("grouped") else 1, gqa=case.startswith(("enable_gqa", "grouped")),
-                          mask=masks.get(case), causal=case.endswith("causal")).eval()
+                          mask=mask, causal=case.endswith("causal")).eval().to(device, dtype)
     fast = torch.compile(model, backend="hybrid_trt", dynamic=case.endswith("dynamic"))
+    tol = _tol(dtype) if dtype == torch.float16 else dict(rtol=1e-5, atol=1e-5)
     with torch.no_grad():
         for batch, n in ((2, 10), (3, 12)):
-            x = torch.randn(batch, n, 32)
-            assert_close(fast(x), model(x), rtol=1e-5, atol=1e-5)
+            x = torch.randn(batch, n, 32, device=device, dtype=dtype)
+            assert_close(fast(x), model(x), **tol)
     report = hybrid_trt.last_report()
     assert not report.inductor_ops and [p.status for p in report.partitions] == ["delegated"], report.table()
 
@@ -374,20 +378,23 @@ def _masks(seq: int):
     }
 
 
+@pytest.mark.parametrize("device,dtype", _settings())
 @pytest.mark.parametrize("norm_first", [False, True])
 @pytest.mark.parametrize("masks", list(_masks(10)))
-def test_fast_path_transformer_encoder_with_masks_delegates_and_matches_eager(masks, norm_first):
+def test_fast_path_transformer_encoder_with_masks_delegates_and_matches_eager(masks, norm_first, device, dtype):
     """With a mask the fused op stayed whole (no lowering, run by Inductor): a DETR-style encoder with a padding
     mask delegated 3 of 5 ops. Its masks mean "hide" (SDPA's bool masks mean "keep"), any nonzero float hides,
     and a query with every key hidden gives NaN (SDPA gives zeros); the capture writes that attention out."""
     torch.manual_seed(0)
     layer = nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True, norm_first=norm_first)
-    encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).eval()
-    x, kwargs = torch.randn(3, 10, 32), _masks(10)[masks]
+    encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).eval().to(device, dtype)
+    x = torch.randn(3, 10, 32).to(device, dtype)
+    kwargs = {k: v.to(device, dtype if v.is_floating_point() else torch.bool) if torch.is_tensor(v) else v
+              for k, v in _masks(10)[masks].items()}
     with torch.no_grad():
         expected = encoder(x, **kwargs)
         out = torch.compile(encoder, backend="hybrid_trt", options={"strict": True})(x, **kwargs)
-    assert_close(out, expected, rtol=1e-4, atol=1e-4)  # NaN where eager has NaN, nowhere else
+    assert_close(out, expected, **_tol(dtype))  # NaN where eager has NaN, nowhere else
     assert expected.isnan().any() == (masks in ("key_padding", "both")), "the all-padding sequence gives NaN"
     report = hybrid_trt.last_report()
     assert len(report.partitions) == 1 and not report.inductor_ops, report.table()

@@ -394,6 +394,28 @@ def test_shapes_past_the_engine_bound_run_compiled_under_graphs(no_tf32):
 
 
 @cuda_only
+def test_bounded_dimension_one_range_engine_under_graphs(no_tf32):
+    """``mark_dynamic(x, 0, min=2, max=8)`` under ``reduce-overhead``: every delegated partition holds one range
+    engine for [1..8] (the ONNX Runtime session is shared by every size), each size is captured and replayed,
+    and every call matches eager, sizes revisited included."""
+    model, _ = _cuda_model()
+    start = len(hybrid_trt.reports())
+    with torch.no_grad():
+        compiled = torch.compile(model, backend="hybrid_trt", mode="reduce-overhead",
+                                 options={"placement": "delegate"})
+        for step, batch in enumerate((2, 5, 3, 8, 2, 5)):
+            x = torch.randn(batch, 3, 64, 64, device="cuda")
+            if step == 0:
+                torch._dynamo.mark_dynamic(x, 0, min=2, max=8)
+            assert_close(compiled(x).clone(), model(x), *_tol(torch.float32), what=f"step {step}, batch {batch}")
+    reports = _reports_since(start)
+    delegated = [p for r in reports for p in r.partitions if p.status == "delegated"]
+    assert delegated, [r.table() for r in reports]
+    assert all([e.signature.split("x")[0] for e in p.engines] == ["range [2..8]"] for p in delegated), \
+        [r.table() for r in reports]
+
+
+@cuda_only
 def test_two_compiled_models_alternating(no_tf32):
     a, xa = _cuda_model("resnet18")
     b, xb = _cuda_model("detector")

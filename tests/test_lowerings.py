@@ -1250,7 +1250,8 @@ class _PointsToBEV(torch.nn.Module):
         summed = f.new_zeros(64, 8).index_add(0, cell, f)
         count = f.new_zeros(64).scatter_add(0, cell, torch.ones_like(cell, dtype=f.dtype))
         mean = summed / count.clamp(min=1)[:, None]
-        canvas = f.new_zeros(8, 64).index_put((torch.arange(8)[:, None], cell[None, :]), f.t(), accumulate=True)
+        canvas = f.new_zeros(8, 64).index_put((torch.arange(8, device=f.device)[:, None], cell[None, :]), f.t(),
+                                             accumulate=True)
         bev = self.conv(torch.cat([mean.t(), canvas], 0).view(1, 16, 8, 8))
         heading = torch.log2(bev[:, 0].abs() + 1) * torch.exp2(-bev[:, 0])
         one_hot = f.new_zeros(cls.shape[0], 5).scatter(1, cls[:, None], 1.0)
@@ -1275,14 +1276,33 @@ def test_scatters_stay_with_inductor_on_the_cpu_provider_with_their_reason():
         assert "CPU scatter kernels" in reasons.get(op, ""), hybrid_trt.last_report().table()
 
 
-def test_points_to_bev_scatters_delegate_with_their_block(scatters_on_cpu):
+def _bev_settings():
+    """CPU float32 here; on a GPU machine with onnxruntime-gpu also CUDA float32 and float16, where the scatters
+    are delegated by default (ScatterND/ScatterElements with reductions on the CUDA provider)."""
+    skip = [] if _cuda_provider() else [pytest.mark.skip(reason="needs a GPU and onnxruntime-gpu")]
+    return [pytest.param("cpu", torch.float32, id="cpu-fp32"),
+            pytest.param("cuda", torch.float32, id="cuda-fp32", marks=skip),
+            pytest.param("cuda", torch.float16, id="cuda-fp16", marks=skip)]
+
+
+def _bev_args(n, device, dtype):
+    return (torch.randn(n, 4, device=device, dtype=dtype), torch.randint(0, 64, (n,), device=device),
+            torch.randint(0, 5, (6,), device=device))
+
+
+def _bev_tol(dtype):
+    return dict(rtol=1e-4, atol=1e-4) if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("device,dtype", _bev_settings())
+def test_points_to_bev_scatters_delegate_with_their_block(scatters_on_cpu, device, dtype):
     torch.manual_seed(0)
-    model = _PointsToBEV().eval()
-    args = (torch.randn(40, 4), torch.randint(0, 64, (40,)), torch.randint(0, 5, (6,)))
+    model = _PointsToBEV().eval().to(device, dtype)
+    args = _bev_args(40, device, dtype)
     with torch.no_grad():
         expected = model(*args)
         actual = torch.compile(model, backend="hybrid_trt", options={"strict": True})(*args)
-    assert_close(actual, expected, rtol=1e-4, atol=1e-4)
+    assert_close(actual, expected, **_bev_tol(dtype))
     report = hybrid_trt.last_report()
     delegated = {op for p in report.partitions for op in p.ops}
     for op in ("aten.scatter_add.default", "aten.index_put.default", "aten.log2.default", "aten.exp2.default",
@@ -1291,20 +1311,21 @@ def test_points_to_bev_scatters_delegate_with_their_block(scatters_on_cpu):
     assert not report.inductor_ops and len(report.partitions) == 1, report.table()
 
 
-def test_points_to_bev_over_a_bounded_point_count_gets_one_engine(scatters_on_cpu):
+@pytest.mark.parametrize("device,dtype", _bev_settings())
+def test_points_to_bev_over_a_bounded_point_count_gets_one_engine(scatters_on_cpu, device, dtype):
     """A LiDAR frame's point count changes every frame: marked dynamic with bounds, the scatters read every size
     with Shape (none is written as a number), so the block lowers to one graph across the range and one engine
     serves every count; index_put was declined for symbolic index shapes before."""
     torch.manual_seed(0)
-    model = _PointsToBEV().eval()
+    model = _PointsToBEV().eval().to(device, dtype)
     compiled = torch.compile(model, backend="hybrid_trt", options={"strict": True})
     with torch.no_grad():
         for n in (40, 57, 33):
-            args = (torch.randn(n, 4), torch.randint(0, 64, (n,)), torch.randint(0, 5, (6,)))
+            args = _bev_args(n, device, dtype)
             if n == 40:
                 torch._dynamo.mark_dynamic(args[0], 0, min=2, max=5000)
                 torch._dynamo.mark_dynamic(args[1], 0, min=2, max=5000)
-            assert_close(compiled(*args), model(*args), rtol=1e-4, atol=1e-4, what=f"{n} points")
+            assert_close(compiled(*args), model(*args), what=f"{n} points", **_bev_tol(dtype))
     report = hybrid_trt.last_report()
     assert not report.inductor_ops and len(report.partitions) == 1, report.table()
     assert [e.signature for e in report.partitions[0].engines] == ["range [2..5000]x4, [2..5000], 6"], report.table()
