@@ -1343,6 +1343,36 @@ def test_points_to_bev_over_a_bounded_point_count_gets_one_engine(scatters_on_cp
     assert [e.signature for e in report.partitions[0].engines] == ["range [2..5000]x4, [2..5000], 6"], report.table()
 
 
+class _DepthBins(torch.nn.Module):
+    """A camera-to-BEV lift's depth binning: a predicted depth per pixel put into bins (bucketize over the bin
+    edges, a buffer) and a range-bin lookup (searchsorted, right side); both stayed with Inductor and cut the
+    head in three."""
+
+    def __init__(self):
+        super().__init__()
+        self.depth, self.feat = torch.nn.Conv2d(4, 1, 3, padding=1), torch.nn.Conv2d(4, 8, 3, padding=1)
+        self.register_buffer("edges", torch.linspace(1.0, 60.0, 12))
+
+    def forward(self, x):
+        depth = self.depth(x).sigmoid() * 64
+        bins = torch.bucketize(depth, self.edges)
+        ranges = torch.searchsorted(self.edges, depth.flatten(1), side="right")
+        return self.feat(x) * bins.to(x.dtype), ranges
+
+
+def test_depth_binning_delegates_with_its_head():
+    torch.manual_seed(0)
+    model, x = _DepthBins().eval(), torch.randn(2, 4, 12, 12)
+    with torch.no_grad():
+        expected = model(x)
+        actual = torch.compile(model, backend="hybrid_trt", options={"strict": True})(x)
+    assert_close(actual, expected, rtol=1e-5, atol=1e-5)
+    report = hybrid_trt.last_report()
+    assert not report.inductor_ops and len(report.partitions) == 1, report.table()
+    for op in ("aten.bucketize.Tensor", "aten.searchsorted.Tensor"):
+        assert op in report.partitions[0].ops, (op, report.table())
+
+
 class _FakeQuantizedConvs(torch.nn.Module):
     """A quantization-aware-trained block as it is deployed: each conv's input fake-quantized per tensor, its
     weight per output channel (the ops torch.fake_quantize_per_tensor_affine / per_channel_affine trace as).
