@@ -18,6 +18,7 @@ import onnxruntime as ort
 import pytest
 import torch
 import torch.fx as fx
+import torchvision  # noqa: F401 - registers torchvision's ops (deform_conv2d has a lowering registered by name)
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
@@ -25,7 +26,7 @@ import hybrid_trt  # noqa: F401
 from hybrid_trt.delegates import onnxruntime_delegate
 from hybrid_trt.delegates.onnxruntime_delegate import SLOW_ON_CPU
 from hybrid_trt.lowerings import lower_to_onnx
-from hybrid_trt.lowerings.registry import _LOWERINGS, STANDARD_DOMAIN
+from hybrid_trt.lowerings.registry import _LOWERINGS, STANDARD_DOMAIN, lowering_for
 
 from _helpers import assert_close
 
@@ -286,6 +287,12 @@ SAMPLES: dict[Any, list[Case]] = {
                              C(T(X4()), [T(torch.tensor([1, 0])), None, T(torch.tensor([3, 2]))], T(rn(1)),
                                id="separated_broadcast_value"),
                              C(T(ri(3, 4)), [T(torch.tensor(2))], T(ri(4, seed=1)), id="0d_index_int64")],
+    # deform.py (torchvision's op): offsets that land between pixels and outside the image, a mask, groups
+    torch.ops.torchvision.deform_conv2d.default: [
+        C(T(rn(1, 4, 5, 6)), T(rn(6, 4, 3, 3, seed=1)), T(rn(1, 18, 5, 6, seed=2) * 2), T(rn(1, 9, 5, 6, seed=3)),
+          T(rn(6, seed=4)), 1, 1, 1, 1, 1, 1, 1, 1, True),
+        C(T(rn(2, 4, 7, 5)), T(rn(4, 2, 3, 3, seed=1)), T(rn(2, 36, 3, 2, seed=2) * 3), T(rn(2, 18, 3, 2)),
+          T(torch.zeros(4)), 2, 2, 0, 0, 1, 1, 2, 2, False, id="strided_grouped_no_mask")],
     # search.py: ties on an edge, NaN (past every edge in ATen) and infinities, both sides, int32 out
     aten.bucketize.Tensor: [C(T(torch.tensor([[-1.0, 0.0, 0.25, 0.3], [1.0, 2.0, float("nan"), -float("inf")]])),
                               T(torch.linspace(0, 1, 5))),
@@ -545,7 +552,15 @@ SAMPLES: dict[Any, list[Case]] = {
 def _registered():
     """Every lowering in the standard ONNX domain. Custom-domain lowerings (plugins, e.g. hybrid_trt.sparse for
     TensorRT only) cannot run on onnxruntime; their plugin's own tests cover them."""
-    return sorted((t for t, low in _LOWERINGS.items() if low.domain == STANDARD_DOMAIN), key=str)
+    return sorted((_overload(t) for t, low in _LOWERINGS.items() if low.domain == STANDARD_DOMAIN), key=str)
+
+
+def _overload(target):
+    """A lowering registered by name ("torchvision.deform_conv2d.default": an optional library's op) as the op."""
+    if not isinstance(target, str):
+        return target
+    namespace, name, overload = target.split(".")
+    return getattr(getattr(getattr(torch.ops, namespace), name), overload)
 
 
 def _cases():
@@ -647,7 +662,7 @@ def test_lowering_matches_eager(target, case):
 
     # The sample must exercise the path the partitioner would delegate: the lowering's own check accepts it.
     FakeTensorProp(gm, FakeTensorMode(allow_non_fake_inputs=True)).propagate(*tensor_inputs, *size_inputs)
-    reason = _LOWERINGS[target].unsupported_reason(call)
+    reason = lowering_for(target).unsupported_reason(call)
     assert reason is None, f"sample for {target} is rejected by its lowering's capability check: {reason}"
 
     with torch.no_grad():
@@ -843,7 +858,7 @@ def test_float16_lowering_is_a_valid_onnx_graph(target, case):
     gm, tensor_inputs, size_inputs, _, _, call = _build(target, case)
     FakeTensorProp(gm, FakeTensorMode(allow_non_fake_inputs=True)).propagate(*tensor_inputs, *size_inputs)
     # The lowering's own check, not the delegate's: on this CPU the delegate declines every float16 node.
-    if _LOWERINGS[target].unsupported_reason(call) is not None:
+    if lowering_for(target).unsupported_reason(call) is not None:
         return
     model = lower_to_onnx(gm, [tuple(t.shape) for t in tensor_inputs], [t.dtype for t in tensor_inputs],
                           size_inputs)
@@ -1371,6 +1386,43 @@ def test_depth_binning_delegates_with_its_head():
     assert not report.inductor_ops and len(report.partitions) == 1, report.table()
     for op in ("aten.bucketize.Tensor", "aten.searchsorted.Tensor"):
         assert op in report.partitions[0].ops, (op, report.table())
+
+
+class _DeformableHead(torch.nn.Module):
+    """A DCNv2 head (torchvision.ops.deform_conv2d with offsets and a mask predicted from the features, as
+    CenterNet- and FCOS-style heads use it). Offsets are scaled so that taps land between pixels and outside the
+    image, where torchvision's kernel reads zeros."""
+
+    def __init__(self, k=3, stride=1, pad=1, dil=1, groups=1, offset_groups=1, mask=True, bias=True, scale=2.0):
+        super().__init__()
+        self.offset = torch.nn.Conv2d(8, 2 * offset_groups * k * k, 3, padding=1, stride=stride)
+        self.mask = torch.nn.Conv2d(8, offset_groups * k * k, 3, padding=1, stride=stride) if mask else None
+        self.weight = torch.nn.Parameter(torch.randn(12, 8 // groups, k, k) * 0.2)
+        self.bias = torch.nn.Parameter(torch.randn(12)) if bias else None
+        self.stride, self.pad, self.dil, self.scale = stride, pad, dil, scale
+
+    def forward(self, x):
+        import torchvision
+        mask = None if self.mask is None else self.mask(x).sigmoid()
+        return torchvision.ops.deform_conv2d(x, self.offset(x) * self.scale, self.weight, self.bias,
+                                             stride=self.stride, padding=self.pad, dilation=self.dil,
+                                             mask=mask).relu()
+
+
+@pytest.mark.parametrize("config", [{}, dict(stride=2), dict(groups=2, offset_groups=2), dict(offset_groups=4),
+                                    dict(dil=2, pad=2), dict(mask=False, bias=False), dict(k=1, pad=0),
+                                    dict(scale=20.0), dict(k=5, pad=2, groups=4)], ids=str)
+def test_deformable_convolution_delegates_with_its_head(config):
+    pytest.importorskip("torchvision")
+    torch.manual_seed(0)
+    model, x = _DeformableHead(**config).eval(), torch.randn(2, 8, 9, 11)
+    with torch.no_grad():
+        expected = model(x)
+        actual = torch.compile(model, backend="hybrid_trt", options={"strict": True})(x)
+    assert_close(actual, expected, rtol=1e-5, atol=1e-5)
+    report = hybrid_trt.last_report()
+    assert not report.inductor_ops and len(report.partitions) == 1, report.table()
+    assert "torchvision.deform_conv2d.default" in report.partitions[0].ops, report.table()
 
 
 class _FakeQuantizedConvs(torch.nn.Module):

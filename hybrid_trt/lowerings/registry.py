@@ -49,7 +49,11 @@ _LOWERINGS: dict[object, Lowering] = {}
 
 def lowering(*targets, dtypes: Iterable[torch.dtype] = FLOAT, check: Optional[Check] = None,
              domain: str = STANDARD_DOMAIN):
-    """Register ``fn(ctx, node) -> output value name(s)`` as the lowering of each ATen overload in ``targets``."""
+    """Register ``fn(ctx, node) -> output value name(s)`` as the lowering of each ATen overload in ``targets``.
+
+    A target may also be an op's name, ``"torchvision.deform_conv2d.default"`` (``str`` of its overload), for an
+    op of a library hybrid_trt does not import: its ops exist only once the user's model imported it, and
+    importing it here would cost every process its import time."""
     dtypes = frozenset(dtypes)
 
     def register(fn):
@@ -63,7 +67,10 @@ def lowering(*targets, dtypes: Iterable[torch.dtype] = FLOAT, check: Optional[Ch
 
 
 def lowering_for(target) -> Optional[Lowering]:
-    return _LOWERINGS.get(target)
+    found = _LOWERINGS.get(target)
+    if found is None and isinstance(target, torch._ops.OpOverload):
+        found = _LOWERINGS.get(str(target))  # registered by name (an optional library's op)
+    return found
 
 
 def registered_targets() -> frozenset:

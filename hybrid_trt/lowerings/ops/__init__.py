@@ -1,3 +1,3 @@
 """Importing this package registers every built-in lowering (one module per op family)."""
-from . import (activation, attention, constant, conv, elementwise, indexing, linear, normalization, pooling,  # noqa: F401
-               quantize, reduction, resize, sampling, scatter, search, shape)
+from . import (activation, attention, constant, conv, deform, elementwise, indexing, linear,  # noqa: F401
+               normalization, pooling, quantize, reduction, resize, sampling, scatter, search, shape)
