@@ -329,6 +329,12 @@ SAMPLES: dict[Any, list[Case]] = {
                                    C(T(X4()), T(rn(2, 5, 6, 2, seed=2) * 0.7), 1, 1, False, id="nearest_border"),
                                    C(T(X4()), T(rn(2, 5, 6, 2, seed=3) * 0.7), 2, 2, False,
                                      id="bicubic_reflection", rtol=1e-4, atol=1e-4)],
+    # ties (index order), NaN (above every number), descending, along an inner dim, int64, stable
+    aten.sort.default: [C(T(torch.tensor([[2.0, float("nan"), -1.0, 2.0, 0.5], [1.0, 1.0, 1.0, -3.0, 7.0]])),
+                          outputs=(0, 1), id="ties_nan"),
+                        C(T(with_nan(X3(), 7)), 1, True, outputs=(0, 1), id="descending_dim1_nan"),
+                        C(T(ri(3, 6, lo=0, hi=3)), outputs=(0, 1), id="int64_ties")],
+    aten.sort.stable: [C(T(ri(4, 5, lo=0, hi=2)), stable=True, dim=0, descending=True, outputs=(0, 1))],
     aten.topk.default: [C(T(X3()), 3, outputs=(0, 1)), C(T(X3()), 2, 1, False, outputs=(0, 1), id="smallest_dim1"),
                         C(T(rn(1).reshape(())), 1, outputs=(0, 1), id="0d")],
     # linear.py

@@ -1,4 +1,4 @@
-"""Gathers: index_select, embedding, gather, advanced indexing (index.Tensor, _unsafe_index.Tensor), topk."""
+"""Gathers: index_select, embedding, gather, advanced indexing (index.Tensor, _unsafe_index.Tensor), topk, sort."""
 from __future__ import annotations
 
 import torch
@@ -99,14 +99,27 @@ def _gather_nd(ctx, x, indices, positions: list[int]) -> str:
 @lowering(aten.topk.default, dtypes=NUMERIC)
 def lower_topk(ctx, node):
     args = list(node.args) + [None] * (5 - len(node.args))
-    x, k, dim, largest, sorted_ = args[:5]
-    dim = -1 if dim is None else ctx.arg(dim)
-    largest = True if largest is None else largest
+    x, k, dim, largest, _sorted = args[:5]
+    return _top_k(ctx, x, int(ctx.arg(k)), -1 if dim is None else ctx.arg(dim), True if largest is None else largest)
+
+
+# A sort is a TopK of every element. ONNX's TopK puts equal elements in index order, which is a stable sort's
+# order (and what ATen's sorts give), and ONNX Runtime ranks NaN above every number, as ATen does.
+@lowering(aten.sort.default, aten.sort.stable, dtypes=NUMERIC)
+def lower_sort(ctx, node):
+    x = node.args[0]
+    dim = node.kwargs.get("dim", node.args[1] if len(node.args) > 1 and node.target is aten.sort.default else -1)
+    descending = node.kwargs.get("descending", node.args[2] if len(node.args) > 2 else False)
+    shape = ctx.shape(x)
+    return _top_k(ctx, x, shape[dims(dim, len(shape))[0]] if shape else 1, dim, descending)
+
+
+def _top_k(ctx, x, k: int, dim: int, largest: bool):
     rank = len(ctx.shape(x))
     name = ctx.input(x) if rank else reshape(ctx, ctx.input(x), [1])  # TopK needs rank >= 1
     axis = dims(dim, max(rank, 1))[0]
-    values, indices = ctx.op("TopK", name, ctx.ints([int(ctx.arg(k))]), axis=axis,
-                             largest=int(bool(largest)), sorted=1, outputs=2)
+    values, indices = ctx.op("TopK", name, ctx.ints([k]), axis=axis, largest=int(bool(largest)), sorted=1,
+                             outputs=2)
     if not rank:
         values, indices = reshape(ctx, values, []), reshape(ctx, indices, [])
     return (values, indices)
