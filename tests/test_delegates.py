@@ -400,3 +400,27 @@ def test_torch_cpp_builder_warning_stays_off_stderr():
                           cwd=str(__import__("pathlib").Path(__file__).parents[1]))
     assert "matched" in proc.stdout, (proc.stdout, proc.stderr[-3000:])
     assert "No CUDA runtime is found" not in proc.stderr, proc.stderr[-3000:]
+
+
+@pytest.mark.parametrize("call,shape,dtype,declined", [
+    (lambda x: x.topk(100, dim=-1), (2, 5000), torch.float32, None),
+    (lambda x: x.topk(4000, dim=-1), (2, 5000), torch.float32, "at most 3840"),
+    (lambda x: x.sort(dim=-1), (2, 3840), torch.float32, None),
+    (lambda x: x.sort(dim=1, descending=True), (2, 3841), torch.float16, "at most 3840"),
+    (lambda x: torch.sort(x, stable=True, dim=0), (5000, 2), torch.float32, "at most 3840"),
+    (lambda x: x.topk(2, dim=0), (3, 2, 2, 2, 2), torch.float32, "one of the last four"),
+    (lambda x: x.topk(2, dim=1), (3, 2, 2, 2, 2), torch.float32, None),
+    (lambda x: x.sort(), (8,), torch.uint8, "no uint8"),
+], ids=["topk100", "topk4000", "sort3840", "sort3841", "stable5000", "axis0_of_5d", "axis1_of_5d", "uint8"])
+def test_tensorrt_declines_what_its_topk_layer_cannot_take(call, shape, dtype, declined):
+    """TensorRT's TopK layer (the topk and sort lowerings) takes k <= 3840 along one of the last four axes, and
+    no float64, int8, uint8 or bool data: past that, the partition's build would fail on the device. The check is
+    TensorRT's documented limits, run on the traced node (TensorRT itself cannot run on these machines)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    gm = make_fx(call, tracing_mode="fake")(torch.zeros(shape, dtype=dtype))
+    (node,) = [n for n in gm.graph.nodes if n.op == "call_function" and str(n.target).split(".")[1] in ("sort", "topk")]
+    reason = get_delegate("tensorrt").node_unsupported_reason(node)
+    if declined is None:
+        assert reason is None, reason
+    else:
+        assert reason is not None and declined in reason, reason

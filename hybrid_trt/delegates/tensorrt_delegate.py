@@ -77,6 +77,35 @@ class TensorRTEngine(Engine):
         return outs
 
 
+# TensorRT's TopK layer (the topk and sort lowerings' ONNX TopK): k <= 3840, an axis among the last four, and
+# int32/int64/float16/float32/bfloat16 data (docs.nvidia.com/deeplearning/tensorrt/latest/_static/operators/TopK.html).
+# A node past these would fail the whole partition's build; declined, it stays with Inductor with the reason.
+_TOPK_MAX_K = 3840
+_TOPK_DTYPES = frozenset({torch.int32, torch.int64, torch.float16, torch.float32, torch.bfloat16})
+_TOPK = frozenset({torch.ops.aten.topk.default, torch.ops.aten.sort.default, torch.ops.aten.sort.stable})
+
+
+def topk_unsupported_reason(node) -> Optional[str]:
+    """Why TensorRT's TopK layer cannot take this topk or sort (sort: k is the whole dim), or None."""
+    x = node.args[0].meta.get("val")
+    if not isinstance(x, torch.Tensor):
+        return None
+    if node.target is torch.ops.aten.topk.default:
+        k, dim = node.args[1], node.args[2] if len(node.args) > 2 else node.kwargs.get("dim", -1)
+    else:
+        dim = node.kwargs.get("dim", node.args[1] if len(node.args) > 1 else -1)
+        k = x.shape[dim] if x.dim() else 1
+    if x.dtype not in _TOPK_DTYPES:
+        return f"tensorrt: TopK takes no {str(x.dtype).replace('torch.', '')} data"
+    if x.dim() > 4 and dim % x.dim() < x.dim() - 4:
+        return f"tensorrt: TopK along dim {dim} of a {x.dim()}-d tensor (its axis must be one of the last four)"
+    if not isinstance(k, int):
+        return f"tensorrt: TopK of a dynamic count ({k}); TensorRT's TopK takes a static k <= {_TOPK_MAX_K}"
+    if k > _TOPK_MAX_K:
+        return f"tensorrt: TopK of {k} elements (TensorRT's TopK takes at most {_TOPK_MAX_K})"
+    return None
+
+
 class TensorRTDelegate(Delegate):
     name = "tensorrt"
     dtypes = frozenset({torch.float32, torch.float16, torch.bfloat16, torch.int32, torch.int64, torch.int8,
@@ -91,6 +120,9 @@ class TensorRTDelegate(Delegate):
         if not torch.cuda.is_available():
             return "no CUDA device"
         return None
+
+    def node_unsupported_reason(self, node) -> Optional[str]:
+        return topk_unsupported_reason(node) if node.target in _TOPK else None
 
     def options_from(self, options) -> dict[str, Any]:
         return {"precision": options.precision, "workspace_bytes": options.tensorrt_workspace_bytes, **tf32_switches()}
