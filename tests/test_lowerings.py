@@ -503,6 +503,14 @@ SAMPLES: dict[Any, list[Case]] = {
     aten.upsample_bilinear2d.vec: [C(T(X4()), None, False, [2.0, 2.0]),
                                    C(T(X4()), [9, 10], True, None, id="align_corners"),
                                    C(T(X4()), [1, 10], False, None, id="height_1")],
+    # resize_aa.py: downscale (bands wider than the filter), upscale, one input side of 1, align_corners, factors
+    aten._upsample_bilinear2d_aa.default: [C(T(rn(2, 3, 23, 17)), [6, 5], False),
+                                           C(T(rn(1, 2, 1, 6)), [3, 2], True, id="input_height_1_align"),
+                                           C(T(rn(1, 2, 4, 5)), [9, 11], False, id="upscale")],
+    aten._upsample_bilinear2d_aa.vec: [C(T(rn(1, 3, 20, 30)), None, False, [0.37, 0.5])],
+    aten._upsample_bicubic2d_aa.default: [C(T(rn(2, 3, 23, 17)), [6, 5], False),
+                                          C(T(rn(1, 2, 9, 1)), [4, 3], True, id="input_width_1_align")],
+    aten._upsample_bicubic2d_aa.vec: [C(T(rn(1, 3, 20, 30)), None, False, [0.25, 1.0], id="height_only")],
     aten.upsample_bilinear2d.default: [C(T(X4()), [12, 12], False, 2.0, 2.0, id="scales"),
                                        C(T(X4()), [8, 10], True, id="align_corners")],
     # shape.py
@@ -1429,6 +1437,39 @@ def test_deformable_convolution_delegates_with_its_head(config):
     report = hybrid_trt.last_report()
     assert not report.inductor_ops and len(report.partitions) == 1, report.table()
     assert "torchvision.deform_conv2d.default" in report.partitions[0].ops, report.table()
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "bicubic"])
+def test_antialiased_resize_in_preprocessing_delegates_with_the_backbone(mode):
+    """A model that resizes its camera frame itself (``antialias=True``, as torchvision's Resize does) kept that
+    resize with Inductor, a partition boundary in front of the backbone; ONNX Resize antialiases from opset 18."""
+    torch.manual_seed(0)
+
+    class Preprocessed(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+
+        def forward(self, frame):
+            x = torch.nn.functional.interpolate(frame, size=(24, 32), mode=mode, antialias=True)
+            return self.conv((x - 0.45) / 0.225).relu()
+
+    model, frame = Preprocessed().eval(), torch.rand(2, 3, 75, 101)
+    with torch.no_grad():
+        expected = model(frame)
+        actual = torch.compile(model, backend="hybrid_trt", options={"strict": True})(frame)
+    assert_close(actual, expected, rtol=1e-5, atol=1e-5)
+    report = hybrid_trt.last_report()
+    assert not report.inductor_ops and len(report.partitions) == 1, report.table()
+
+
+def test_antialiased_resize_to_a_side_of_1_stays_with_aten_with_its_reason():
+    frame = torch.rand(1, 3, 9, 12)
+    fn = lambda x: torch.nn.functional.interpolate(x, size=(1, 4), mode="bilinear", antialias=True) * 2  # noqa: E731
+    with torch.no_grad():
+        assert_close(torch.compile(fn, backend="hybrid_trt")(frame), fn(frame), rtol=1e-6, atol=1e-6)
+    reasons = [op.reason for op in hybrid_trt.last_report().inductor_ops if "_aa" in op.op]
+    assert reasons and "output height or width of 1" in reasons[0], hybrid_trt.last_report().table()
 
 
 class _FakeQuantizedConvs(torch.nn.Module):
