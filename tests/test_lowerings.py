@@ -1416,7 +1416,6 @@ class _DeformableHead(torch.nn.Module):
         self.stride, self.pad, self.dil, self.scale = stride, pad, dil, scale
 
     def forward(self, x):
-        import torchvision
         mask = None if self.mask is None else self.mask(x).sigmoid()
         return torchvision.ops.deform_conv2d(x, self.offset(x) * self.scale, self.weight, self.bias,
                                              stride=self.stride, padding=self.pad, dilation=self.dil,
