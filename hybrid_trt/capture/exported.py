@@ -29,7 +29,6 @@ class ExportCapture:
     inputs: list  # fake value of every placeholder of ``gm``, in order
     weights: dict[int, torch.Tensor]  # placeholder index -> real tensor (parameters, buffers, lifted constants)
     user_inputs: list[int]  # placeholder indices of the user's (flattened) inputs
-    input_names: list[str]  # their names (forward's argument names for plain tensor arguments)
     program: ExportedProgram  # decomposed; its in/out specs flatten and rebuild the user's arguments and outputs
 
 
@@ -61,11 +60,10 @@ def capture_export(model: torch.nn.Module, args: tuple, kwargs: Optional[dict] =
     _route_interpolate(program.graph_module)
     placeholders = [n for n in program.graph_module.graph.nodes if n.op == "placeholder"]
     tensors = {**program.state_dict, **program.constants}
-    weights, user_inputs, names = {}, [], []
+    weights, user_inputs = {}, []
     for i, (node, spec) in enumerate(zip(placeholders, signature.input_specs)):
         if spec.kind is InputKind.USER_INPUT:
             user_inputs.append(i)
-            names.append(node.name)
         elif spec.kind in (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR):
             value = tensors[spec.target]
             if isinstance(value, torch.Tensor):
@@ -73,7 +71,7 @@ def capture_export(model: torch.nn.Module, args: tuple, kwargs: Optional[dict] =
         else:
             raise ValueError(f"hybrid_trt.export: unsupported graph input {node.name!r} of kind {spec.kind.name}")
     return ExportCapture(program.graph_module, [n.meta.get("val") for n in placeholders], weights, user_inputs,
-                         names, program)
+                         program)
 
 
 def _drop_metadata_asserts(gm: fx.GraphModule) -> None:
