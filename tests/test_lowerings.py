@@ -325,6 +325,13 @@ SAMPLES: dict[Any, list[Case]] = {
                                 C(T(X3()), [None, T(torch.tensor([3, 1]))], id="one_index")],
     # sampling.py (interpolation mode 0/1/2 = bilinear/nearest/bicubic, padding 0/1/2 = zeros/border/reflection;
     # grid points up to 1.3 outside [-1, 1] exercise the padding)
+    # 5-D, written out: corners outside the volume (grids past [-1, 1]), both modes, zeros and border padding
+    aten.grid_sampler_3d.default: [C(T(rn(2, 3, 4, 5, 6)), T(rn(2, 3, 2, 4, 3, seed=1) * 0.8), 0, 0, False),
+                                   C(T(rn(1, 2, 3, 4, 5)), T(rn(1, 2, 3, 2, 3, seed=1)), 0, 1, True,
+                                     id="border_align"),
+                                   C(T(rn(1, 2, 3, 4, 5)), T(rn(1, 5, 1, 2, 3, seed=1)), 1, 0, False, id="nearest"),
+                                   C(T(rn(1, 2, 3, 4, 5)), T(rn(1, 2, 2, 2, 3, seed=1) * 1.5), 1, 1, True,
+                                     id="nearest_border_align")],
     aten.grid_sampler_2d.default: [C(T(X4()), T(rn(2, 5, 6, 2, seed=1) * 0.7), 0, 0, True, id="bilinear_zeros"),
                                    C(T(X4()), T(rn(2, 5, 6, 2, seed=2) * 0.7), 1, 1, False, id="nearest_border"),
                                    C(T(X4()), T(rn(2, 5, 6, 2, seed=3) * 0.7), 2, 2, False,
@@ -1469,6 +1476,34 @@ def test_antialiased_resize_to_a_side_of_1_stays_with_aten_with_its_reason():
         assert_close(torch.compile(fn, backend="hybrid_trt")(frame), fn(frame), rtol=1e-6, atol=1e-6)
     reasons = [op.reason for op in hybrid_trt.last_report().inductor_ops if "_aa" in op.op]
     assert reasons and "output height or width of 1" in reasons[0], hybrid_trt.last_report().table()
+
+
+@pytest.mark.parametrize("mode,padding", [("bilinear", "zeros"), ("nearest", "border")])
+def test_volume_sampling_delegates_with_its_convolutions(mode, padding):
+    """An occupancy-style block: 3-D features sampled at predicted 3-D points (5-D grid_sample) between 3-D
+    convolutions; the sampler stayed with Inductor (ONNX GridSample takes volumes from opset 20 only)."""
+    torch.manual_seed(0)
+
+    class VolumeSampler(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.encode, self.points = torch.nn.Conv3d(2, 4, 3, padding=1), torch.nn.Conv3d(2, 3, 1)
+            self.decode = torch.nn.Conv3d(4, 2, 1)
+
+        def forward(self, volume):
+            grid = torch.tanh(self.points(volume)).permute(0, 2, 3, 4, 1) * 1.2
+            sampled = torch.nn.functional.grid_sample(self.encode(volume), grid, mode=mode, padding_mode=padding,
+                                                      align_corners=False)
+            return self.decode(sampled.relu())
+
+    model, volume = VolumeSampler().eval(), torch.randn(2, 2, 6, 7, 8)
+    with torch.no_grad():
+        expected = model(volume)
+        actual = torch.compile(model, backend="hybrid_trt", options={"strict": True})(volume)
+    assert_close(actual, expected, rtol=1e-5, atol=1e-5)
+    report = hybrid_trt.last_report()
+    assert not report.inductor_ops and len(report.partitions) == 1, report.table()
+    assert "aten.grid_sampler_3d.default" in report.partitions[0].ops, report.table()
 
 
 class _FakeQuantizedConvs(torch.nn.Module):
