@@ -21,12 +21,12 @@ case ${1:?stage} in
     ;;
   cgr)  # issue 10: fp16 batch 1 with README "Per-call cost"'s recipe (weights installed in the graph, dict tags) for
         # the three models ONNX Runtime's own graph beat; then the LiDAR example end to end, fp16
-    timeout 380 python3 benchmarks/bench_cudagraphs.py --no-lidar --models mobilenet_v3_large,efficientnet_b0,convnext_tiny \
+    timeout 320 python3 benchmarks/bench_cudagraphs.py --no-lidar --models mobilenet_v3_large,efficientnet_b0,convnext_tiny \
       --configs fp16:1 --variants inductor_ro,inductor_ro_recipe,hybrid_cg_mp,hybrid_cg_mp_recipe,ort_cg --rounds 5 \
-      --budget-s ${2:-300} --grace-s 40 --out $L/cgr.md > $L/cgr.log 2>&1
+      --budget-s ${2:-240} --grace-s 40 --out $L/cgr.md > $L/cgr.log 2>&1
     echo "cgr rc=$?"; cat $L/cgr.md
-    timeout 200 python3 benchmarks/bench_cudagraphs.py --no-lidar --models lidar --configs fp16:1 \
-      --variants eager,inductor,hybrid,hybrid_cg_mp --rounds 5 --budget-s 120 --grace-s 60 --out $L/lidar.md > $L/lidar.log 2>&1
+    timeout 170 python3 benchmarks/bench_cudagraphs.py --no-lidar --models lidar --configs fp16:1 \
+      --variants eager,inductor,hybrid,hybrid_cg_mp --rounds 5 --budget-s 100 --grace-s 50 --out $L/lidar.md > $L/lidar.log 2>&1
     echo "lidar rc=$?"; cat $L/lidar.md
     tar czf $L-cgr.tgz -C $OUT s21/cgr.log s21/lidar.log && rm $L/cgr.log $L/lidar.log
     ;;
