@@ -1148,15 +1148,17 @@ class _OpsKeptWholeAtCapture(torch.nn.Module):
         return self.conv2(torch.where(keep, y, -y))
 
 
-def _delegated_whole(model, x) -> dict:
-    """Compile ``model`` (eval, no_grad), check it matches eager and is one partition with nothing left to
-    Inductor; the partition's op counts."""
+def _delegated_whole(model, *args, ops=(), rtol=1e-5, atol=1e-5) -> dict:
+    """Compile ``model`` (no_grad; strict: a fallback is an error), check it against eager, and check that it ran
+    as one delegated partition, nothing left to Inductor, holding ``ops``; that partition's op counts."""
     with torch.no_grad():
-        expected = model(x)
-        actual = torch.compile(model, backend="hybrid_trt")(x)
+        expected = model(*args)
+        actual = torch.compile(model, backend="hybrid_trt", options={"strict": True})(*args)
+    assert_close(actual, expected, rtol=rtol, atol=atol)
     report = hybrid_trt.last_report()
-    assert_close(actual, expected, rtol=1e-5, atol=1e-5)
     assert not report.inductor_ops and len(report.partitions) == 1, report.table()
+    for op in ops:
+        assert op in report.partitions[0].ops, (op, report.table())
     return report.partitions[0].ops
 
 
@@ -1347,16 +1349,9 @@ def test_points_to_bev_scatters_delegate_with_their_block(scatters_on_cpu, devic
     torch.manual_seed(0)
     model = _PointsToBEV().eval().to(device, dtype)
     args = _bev_args(40, device, dtype)
-    with torch.no_grad():
-        expected = model(*args)
-        actual = torch.compile(model, backend="hybrid_trt", options={"strict": True})(*args)
-    assert_close(actual, expected, **_bev_tol(dtype))
-    report = hybrid_trt.last_report()
-    delegated = {op for p in report.partitions for op in p.ops}
-    for op in ("aten.scatter_add.default", "aten.index_put.default", "aten.log2.default", "aten.exp2.default",
-               "aten.isnan.default", "aten.trunc.default"):
-        assert op in delegated, (op, report.table())
-    assert not report.inductor_ops and len(report.partitions) == 1, report.table()
+    _delegated_whole(model, *args, **_bev_tol(dtype), ops=(
+        "aten.scatter_add.default", "aten.index_put.default", "aten.log2.default", "aten.exp2.default",
+        "aten.isnan.default", "aten.trunc.default"))
 
 
 @pytest.mark.parametrize("device,dtype", _bev_settings())
@@ -1398,15 +1393,8 @@ class _DepthBins(torch.nn.Module):
 
 def test_depth_binning_delegates_with_its_head():
     torch.manual_seed(0)
-    model, x = _DepthBins().eval(), torch.randn(2, 4, 12, 12)
-    with torch.no_grad():
-        expected = model(x)
-        actual = torch.compile(model, backend="hybrid_trt", options={"strict": True})(x)
-    assert_close(actual, expected, rtol=1e-5, atol=1e-5)
-    report = hybrid_trt.last_report()
-    assert not report.inductor_ops and len(report.partitions) == 1, report.table()
-    for op in ("aten.bucketize.Tensor", "aten.searchsorted.Tensor"):
-        assert op in report.partitions[0].ops, (op, report.table())
+    _delegated_whole(_DepthBins().eval(), torch.randn(2, 4, 12, 12), rtol=1e-5, atol=1e-5,
+                     ops=("aten.bucketize.Tensor", "aten.searchsorted.Tensor"))
 
 
 class _DeformableHead(torch.nn.Module):
@@ -1435,14 +1423,8 @@ class _DeformableHead(torch.nn.Module):
 def test_deformable_convolution_delegates_with_its_head(config):
     pytest.importorskip("torchvision")
     torch.manual_seed(0)
-    model, x = _DeformableHead(**config).eval(), torch.randn(2, 8, 9, 11)
-    with torch.no_grad():
-        expected = model(x)
-        actual = torch.compile(model, backend="hybrid_trt", options={"strict": True})(x)
-    assert_close(actual, expected, rtol=1e-5, atol=1e-5)
-    report = hybrid_trt.last_report()
-    assert not report.inductor_ops and len(report.partitions) == 1, report.table()
-    assert "torchvision.deform_conv2d.default" in report.partitions[0].ops, report.table()
+    _delegated_whole(_DeformableHead(**config).eval(), torch.randn(2, 8, 9, 11), rtol=1e-5, atol=1e-5,
+                     ops=("torchvision.deform_conv2d.default",))
 
 
 @pytest.mark.parametrize("mode", ["bilinear", "bicubic"])
@@ -1460,13 +1442,8 @@ def test_antialiased_resize_in_preprocessing_delegates_with_the_backbone(mode):
             x = torch.nn.functional.interpolate(frame, size=(24, 32), mode=mode, antialias=True)
             return self.conv((x - 0.45) / 0.225).relu()
 
-    model, frame = Preprocessed().eval(), torch.rand(2, 3, 75, 101)
-    with torch.no_grad():
-        expected = model(frame)
-        actual = torch.compile(model, backend="hybrid_trt", options={"strict": True})(frame)
-    assert_close(actual, expected, rtol=1e-5, atol=1e-5)
-    report = hybrid_trt.last_report()
-    assert not report.inductor_ops and len(report.partitions) == 1, report.table()
+    _delegated_whole(Preprocessed().eval(), torch.rand(2, 3, 75, 101), rtol=1e-5, atol=1e-5,
+                     ops=(f"aten._upsample_{mode}2d_aa.default",))
 
 
 def test_antialiased_resize_to_a_side_of_1_stays_with_aten_with_its_reason():
@@ -1496,14 +1473,8 @@ def test_volume_sampling_delegates_with_its_convolutions(mode, padding):
                                                       align_corners=False)
             return self.decode(sampled.relu())
 
-    model, volume = VolumeSampler().eval(), torch.randn(2, 2, 6, 7, 8)
-    with torch.no_grad():
-        expected = model(volume)
-        actual = torch.compile(model, backend="hybrid_trt", options={"strict": True})(volume)
-    assert_close(actual, expected, rtol=1e-5, atol=1e-5)
-    report = hybrid_trt.last_report()
-    assert not report.inductor_ops and len(report.partitions) == 1, report.table()
-    assert "aten.grid_sampler_3d.default" in report.partitions[0].ops, report.table()
+    _delegated_whole(VolumeSampler().eval(), torch.randn(2, 2, 6, 7, 8), rtol=1e-5, atol=1e-5,
+                     ops=("aten.grid_sampler_3d.default",))
 
 
 class _FakeQuantizedConvs(torch.nn.Module):
@@ -1527,16 +1498,9 @@ class _FakeQuantizedConvs(torch.nn.Module):
 
 def test_fake_quantized_block_delegates_whole():
     torch.manual_seed(0)
-    model, x = _FakeQuantizedConvs().eval(), torch.randn(1, 3, 16, 16)
-    with torch.no_grad():
-        expected = model(x)
-        actual = torch.compile(model, backend="hybrid_trt", options={"strict": True})(x)
-    assert_close(actual, expected, rtol=1e-4, atol=1e-4)
-    report = hybrid_trt.last_report()
-    assert not report.inductor_ops and len(report.partitions) == 1, report.table()
-    ops = report.partitions[0].ops
-    assert ops["aten.fake_quantize_per_tensor_affine_cachemask.default"] == 2, report.table()
-    assert ops["aten.fake_quantize_per_channel_affine_cachemask.default"] == 2, report.table()
+    ops = _delegated_whole(_FakeQuantizedConvs().eval(), torch.randn(1, 3, 16, 16), rtol=1e-4, atol=1e-4)
+    assert ops["aten.fake_quantize_per_tensor_affine_cachemask.default"] == 2, ops
+    assert ops["aten.fake_quantize_per_channel_affine_cachemask.default"] == 2, ops
 
 
 class _VideoBlock(torch.nn.Module):
