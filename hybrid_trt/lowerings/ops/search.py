@@ -28,7 +28,7 @@ def _count_passed(ctx, node, sequence: str, sequence_dtype, x, right: bool, batc
     if batched:  # (..., N) against (..., M): one row of the sequence per row of the input
         seq = ctx.op("Unsqueeze", seq, ctx.ints([-2]))
     stops = ctx.op("Greater" if right else "GreaterOrEqual", seq, values)
-    passed = ctx.cast(ctx.op("Not", stops), torch.int64)
+    passed = ctx.cast(ctx.op("Not", stops), torch.int32)  # int32: the count fits, and TensorRT 8 has no int64 tensors
     return ctx.cast(ctx.op("ReduceSum", passed, ctx.ints([-1]), keepdims=0), ctx.dtype(node))
 
 
