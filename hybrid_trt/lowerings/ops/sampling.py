@@ -2,8 +2,8 @@
 align_corners conventions); 5-D (volumes), which GridSample takes only from opset 20, written out as ATen's
 kernel computes it: unnormalised coordinates, then the eight corners (trilinear) or the nearest voxel read from
 the flattened volume by one GatherElements each. Having a lowering keeps aten.grid_sampler_2d out of the
-capture's decomposition table; decomposed, each call became four reads x[n, c, iy, ix] through output-sized index tensors, which ONNX
-Runtime ran 2.4x slower than eager's kernel on RAFT (192 calls)."""
+capture's decomposition table; decomposed, each call became four reads x[n, c, iy, ix] through output-sized
+index tensors, which ONNX Runtime ran 2.4x slower than eager's kernel on RAFT (192 calls)."""
 from __future__ import annotations
 
 import torch
@@ -41,7 +41,8 @@ def _check_grid_sampler_3d(node):
     mode, padding = node.args[2], node.args[3]
     if mode not in (0, 1) or padding not in (0, 1):
         named = (_MODES[mode] if mode in (0, 1, 2) else mode, _PADDING[padding] if padding in (0, 1, 2) else padding)
-        return "5-D grid_sample with interpolation %s / padding %s (written out: bilinear, nearest; zeros, border)" % named
+        return ("5-D grid_sample with interpolation %s / padding %s (written out: bilinear, nearest; zeros, "
+                "border)" % named)
     return None
 
 
