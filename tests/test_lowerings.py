@@ -1427,22 +1427,24 @@ def test_deformable_convolution_delegates_with_its_head(config):
                      ops=("torchvision.deform_conv2d.default",))
 
 
+class _Preprocessed(torch.nn.Module):
+    """A model that resizes its camera frame itself (``antialias=True``, as torchvision's Resize does)."""
+
+    def __init__(self, mode="bilinear"):
+        super().__init__()
+        self.conv, self.mode = torch.nn.Conv2d(3, 8, 3, padding=1), mode
+
+    def forward(self, frame):
+        x = torch.nn.functional.interpolate(frame, size=(24, 32), mode=self.mode, antialias=True)
+        return self.conv((x - 0.45) / 0.225).relu()
+
+
 @pytest.mark.parametrize("mode", ["bilinear", "bicubic"])
 def test_antialiased_resize_in_preprocessing_delegates_with_the_backbone(mode):
-    """A model that resizes its camera frame itself (``antialias=True``, as torchvision's Resize does) kept that
-    resize with Inductor, a partition boundary in front of the backbone; ONNX Resize antialiases from opset 18."""
+    """The resize stayed with Inductor, a partition boundary in front of the backbone; ONNX Resize antialiases
+    from opset 18 only."""
     torch.manual_seed(0)
-
-    class Preprocessed(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
-
-        def forward(self, frame):
-            x = torch.nn.functional.interpolate(frame, size=(24, 32), mode=mode, antialias=True)
-            return self.conv((x - 0.45) / 0.225).relu()
-
-    _delegated_whole(Preprocessed().eval(), torch.rand(2, 3, 75, 101), rtol=1e-5, atol=1e-5,
+    _delegated_whole(_Preprocessed(mode).eval(), torch.rand(2, 3, 75, 101), rtol=1e-5, atol=1e-5,
                      ops=(f"aten._upsample_{mode}2d_aa.default",))
 
 
@@ -1455,26 +1457,49 @@ def test_antialiased_resize_to_a_side_of_1_stays_with_aten_with_its_reason():
     assert reasons and "output height or width of 1" in reasons[0], hybrid_trt.last_report().table()
 
 
+class _VolumeSampler(torch.nn.Module):
+    """An occupancy-style block: 3-D features sampled at predicted 3-D points (5-D grid_sample) between 3-D
+    convolutions."""
+
+    def __init__(self, mode="bilinear", padding="zeros"):
+        super().__init__()
+        self.encode, self.points = torch.nn.Conv3d(2, 4, 3, padding=1), torch.nn.Conv3d(2, 3, 1)
+        self.decode, self.mode, self.padding = torch.nn.Conv3d(4, 2, 1), mode, padding
+
+    def forward(self, volume):
+        grid = torch.tanh(self.points(volume)).permute(0, 2, 3, 4, 1) * 1.2
+        sampled = torch.nn.functional.grid_sample(self.encode(volume), grid, mode=self.mode,
+                                                  padding_mode=self.padding, align_corners=False)
+        return self.decode(sampled.relu())
+
+
 @pytest.mark.parametrize("mode,padding", [("bilinear", "zeros"), ("nearest", "border")])
 def test_volume_sampling_delegates_with_its_convolutions(mode, padding):
-    """An occupancy-style block: 3-D features sampled at predicted 3-D points (5-D grid_sample) between 3-D
-    convolutions; the sampler stayed with Inductor (ONNX GridSample takes volumes from opset 20 only)."""
+    """The sampler stayed with Inductor (ONNX GridSample takes volumes from opset 20 only)."""
     torch.manual_seed(0)
-
-    class VolumeSampler(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.encode, self.points = torch.nn.Conv3d(2, 4, 3, padding=1), torch.nn.Conv3d(2, 3, 1)
-            self.decode = torch.nn.Conv3d(4, 2, 1)
-
-        def forward(self, volume):
-            grid = torch.tanh(self.points(volume)).permute(0, 2, 3, 4, 1) * 1.2
-            sampled = torch.nn.functional.grid_sample(self.encode(volume), grid, mode=mode, padding_mode=padding,
-                                                      align_corners=False)
-            return self.decode(sampled.relu())
-
-    _delegated_whole(VolumeSampler().eval(), torch.randn(2, 2, 6, 7, 8), rtol=1e-5, atol=1e-5,
+    _delegated_whole(_VolumeSampler(mode, padding).eval(), torch.randn(2, 2, 6, 7, 8), rtol=1e-5, atol=1e-5,
                      ops=("aten.grid_sampler_3d.default",))
+
+
+@pytest.mark.parametrize("block,shape", [(_DeformableHead, (8, 9, 11)), (_VolumeSampler, (2, 6, 7, 8)),
+                                         (_Preprocessed, (3, 75, 101)), (_DepthBins, (4, 12, 12))],
+                         ids=["deform_conv2d", "grid_sampler_3d", "antialiased_resize", "bucketize"])
+def test_batch_range_gets_one_engine(block, shape):
+    """A batch marked dynamic with bounds gets one engine for the range only if the lowering writes no batch size
+    (a deformable head exported with a batch range had an engine for the traced batch alone, and any other batch
+    was refused at load)."""
+    torch.manual_seed(0)
+    model = block().eval()
+    compiled = torch.compile(model, backend="hybrid_trt", options={"strict": True})
+    with torch.no_grad():
+        for batch in (2, 5, 3):
+            x = torch.randn(batch, *shape)
+            if batch == 2:
+                torch._dynamo.mark_dynamic(x, 0, min=2, max=8)
+            assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-5, what=f"batch {batch}")
+    report = hybrid_trt.last_report()
+    assert not report.inductor_ops and len(report.partitions) == 1, report.table()
+    assert [e.signature.split("x")[0] for e in report.partitions[0].engines] == ["range [2..8]"], report.table()
 
 
 class _FakeQuantizedConvs(torch.nn.Module):

@@ -49,11 +49,12 @@ def _check_grid_sampler_3d(node):
 @lowering(aten.grid_sampler_3d.default, dtypes={torch.float32, torch.float16}, check=_check_grid_sampler_3d)
 def lower_grid_sampler_3d(ctx, node):
     x, grid, mode, padding, align_corners = node.args
-    n, c, *sizes = ctx.shape(x)  # sizes: (D, H, W); the grid's last axis is (x, y, z): W, H, D
+    _, c, *sizes = ctx.shape(x)  # sizes: (D, H, W); the grid's last axis is (x, y, z): W, H, D
+    # (no batch size is written: 0 copies it, so every batch size lowers to the same graph)
     out_sizes = ctx.shape(node)[2:]
     f32, i64 = torch.float32, torch.int64
-    volume = ctx.op("Reshape", ctx.input(x, f32), ctx.ints([n, c, -1]))
-    coords = ctx.op("Split", ctx.op("Reshape", ctx.input(grid, f32), ctx.ints([n, 1, -1, 3])), axis=3, outputs=3)
+    volume = ctx.op("Reshape", ctx.input(x, f32), ctx.ints([0, c, -1]))
+    coords = ctx.op("Split", ctx.op("Reshape", ctx.input(grid, f32), ctx.ints([0, 1, -1, 3])), axis=3, outputs=3)
     points = []  # per axis (D, H, W): unnormalised coordinates, (N, 1, L)
     for size, g in zip(sizes, reversed(coords)):
         g = ctx.op("Squeeze", g, ctx.ints([3]))
@@ -87,10 +88,10 @@ def lower_grid_sampler_3d(ctx, node):
             inside = ok if inside is None else ctx.op("And", inside, ok)
             weight = w if weight is None else (weight if w is None else ctx.op("Mul", weight, w))
         index = ctx.op("Where", inside, index, ctx.const(0, i64))  # out-of-volume corners read 0, weighted 0
-        read = ctx.op("GatherElements", volume, ctx.op("Expand", index, ctx.ints([n, c, 1])), axis=2)
+        read = ctx.op("GatherElements", volume, ctx.op("Expand", index, ctx.ints([1, c, 1])), axis=2)
         scale = ctx.cast(inside, f32) if weight is None else ctx.op("Where", inside, weight, ctx.const(0.0, f32))
-        term = ctx.op("Where", ctx.op("Expand", inside, ctx.ints([n, c, 1])), ctx.op("Mul", read, scale),
+        term = ctx.op("Where", ctx.op("Expand", inside, ctx.ints([1, c, 1])), ctx.op("Mul", read, scale),
                       ctx.const(0.0, f32))
         out = term if out is None else ctx.op("Add", out, term)
-    out = ctx.op("Reshape", out, ctx.ints([n, c, *out_sizes]))
+    out = ctx.op("Reshape", out, ctx.ints([0, c, *out_sizes]))
     return ctx.cast(out, torch.float16) if ctx.dtype(x) == torch.float16 else out
