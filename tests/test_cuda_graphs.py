@@ -401,8 +401,7 @@ def test_bounded_dimension_one_range_engine_under_graphs(no_tf32):
     model, _ = _cuda_model()
     start = len(hybrid_trt.reports())
     with torch.no_grad():
-        compiled = torch.compile(model, backend="hybrid_trt", mode="reduce-overhead",
-                                 options={"placement": "delegate"})
+        compiled = torch.compile(model, backend="hybrid_trt", options={"cuda_graphs": True, "placement": "delegate"})
         for step, batch in enumerate((2, 5, 3, 8, 2, 5)):
             x = torch.randn(batch, 3, 64, 64, device="cuda")
             if step == 0:

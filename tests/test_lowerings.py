@@ -713,7 +713,10 @@ def test_lowering_needs_no_traced_metas(target, case):
     gm = torch.load(io.BytesIO(buffer.getvalue()), weights_only=False)
     assert not any(n.meta.get("val") is not None for n in gm.graph.nodes)
     with torch.no_grad():
-        expected = _eager(target, eager_args, eager_kwargs)
+        try:
+            expected = _eager(target, eager_args, eager_kwargs)
+        except NotImplementedError as e:  # e.g. cdist on CUDA in float16: eager has no kernel to compare with
+            pytest.skip(f"eager PyTorch cannot run this sample: {e}")
     expected = [expected[i] for i in case.outputs] if case.outputs is not None else [expected]
     model = lower_to_onnx(gm, [tuple(t.shape) for t in tensor_inputs], [t.dtype for t in tensor_inputs],
                           size_inputs)
@@ -766,7 +769,10 @@ def _lowered_unless_declined(target, case: Case, dtype_word: str):
         assert dtype_word in reason, reason
         return None
     with torch.no_grad():
-        expected = _eager(target, eager_args, eager_kwargs)
+        try:
+            expected = _eager(target, eager_args, eager_kwargs)
+        except NotImplementedError as e:  # e.g. cdist on CUDA in float16: eager has no kernel to compare with
+            pytest.skip(f"eager PyTorch cannot run this sample: {e}")
     expected = [expected[i] for i in case.outputs] if case.outputs is not None else [expected]
     model = lower_to_onnx(gm, [tuple(t.shape) for t in tensor_inputs], [t.dtype for t in tensor_inputs],
                           size_inputs)
@@ -1326,13 +1332,16 @@ def test_scatters_stay_with_inductor_on_the_cpu_provider_with_their_reason():
         assert "CPU scatter kernels" in reasons.get(op, ""), hybrid_trt.last_report().table()
 
 
-def _bev_settings():
+def _bev_settings(fp16_defect: str):
     """CPU float32 here; on a GPU machine with onnxruntime-gpu also CUDA float32 and float16, where the scatters
-    are delegated by default (ScatterND/ScatterElements with reductions on the CUDA provider)."""
+    are delegated by default (ScatterND/ScatterElements with reductions on the CUDA provider). ``fp16_defect``:
+    what the float16 CUDA run showed on the H200 (session 21), not yet fixed: an expected failure, strict, so
+    that a fix shows up as an unexpected pass."""
     skip = [] if _cuda_provider() else [pytest.mark.skip(reason="needs a GPU and onnxruntime-gpu")]
     return [pytest.param("cpu", torch.float32, id="cpu-fp32"),
             pytest.param("cuda", torch.float32, id="cuda-fp32", marks=skip),
-            pytest.param("cuda", torch.float16, id="cuda-fp16", marks=skip)]
+            pytest.param("cuda", torch.float16, id="cuda-fp16",
+                         marks=skip + [pytest.mark.xfail(strict=True, reason=fp16_defect)])]
 
 
 def _bev_args(n, device, dtype):
@@ -1344,7 +1353,8 @@ def _bev_tol(dtype):
     return dict(rtol=1e-4, atol=1e-4) if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-2)
 
 
-@pytest.mark.parametrize("device,dtype", _bev_settings())
+@pytest.mark.parametrize("device,dtype", _bev_settings(
+    "H200, session 21: the NaN-cleaned ratio output came back float32 (eager: float16); not traced (no GPU left)"))
 def test_points_to_bev_scatters_delegate_with_their_block(scatters_on_cpu, device, dtype):
     torch.manual_seed(0)
     model = _PointsToBEV().eval().to(device, dtype)
@@ -1354,7 +1364,9 @@ def test_points_to_bev_scatters_delegate_with_their_block(scatters_on_cpu, devic
         "aten.isnan.default", "aten.trunc.default"))
 
 
-@pytest.mark.parametrize("device,dtype", _bev_settings())
+@pytest.mark.parametrize("device,dtype", _bev_settings(
+    "H200, session 21: Dynamo raised ConstraintViolationError, a guard (32*n)/(32+12*n) > 0.0556 on the point "
+    "count narrowing its declared range; where it is made was not traced (no GPU left)"))
 def test_points_to_bev_over_a_bounded_point_count_gets_one_engine(scatters_on_cpu, device, dtype):
     """A LiDAR frame's point count changes every frame: marked dynamic with bounds, the scatters read every size
     with Shape (none is written as a number), so the block lowers to one graph across the range and one engine

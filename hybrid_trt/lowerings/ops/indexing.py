@@ -104,7 +104,7 @@ def lower_topk(ctx, node):
 
 
 # A sort is a TopK of every element. ONNX's TopK puts equal elements in index order, which is a stable sort's
-# order (and what ATen's sorts give), and ONNX Runtime ranks NaN above every number, as ATen does.
+# order (and what ATen's sorts give).
 @lowering(aten.sort.default, aten.sort.stable, dtypes=NUMERIC)
 def lower_sort(ctx, node):
     x = node.args[0]
@@ -118,8 +118,16 @@ def _top_k(ctx, x, k: int, dim: int, largest: bool):
     rank = len(ctx.shape(x))
     name = ctx.input(x) if rank else reshape(ctx, ctx.input(x), [1])  # TopK needs rank >= 1
     axis = dims(dim, max(rank, 1))[0]
-    values, indices = ctx.op("TopK", name, ctx.ints([k]), axis=axis, largest=int(bool(largest)), sorted=1,
-                             outputs=2)
+    if not ctx.dtype(x).is_floating_point:
+        values, indices = ctx.op("TopK", name, ctx.ints([k]), axis=axis, largest=int(bool(largest)), sorted=1,
+                                 outputs=2)
+    else:
+        # ATen ranks NaN above every number; ONNX Runtime's CPU TopK does too, its CUDA TopK ranks it below (seen
+        # on the H200). So the ranking key is the input with NaN as +inf, and the values are read back from the
+        # input at the chosen indices. (A NaN and a +inf then tie, and take index order.)
+        key = ctx.op("Where", ctx.op("IsNaN", name), ctx.const(float("inf"), ctx.dtype(x)), name)
+        indices = ctx.op("TopK", key, ctx.ints([k]), axis=axis, largest=int(bool(largest)), sorted=1, outputs=2)[1]
+        values = ctx.op("GatherElements", name, indices, axis=axis)
     if not rank:
         values, indices = reshape(ctx, values, []), reshape(ctx, indices, [])
     return (values, indices)
