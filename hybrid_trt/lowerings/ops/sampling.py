@@ -6,9 +6,8 @@ capture's decomposition table; decomposed, each call became four reads x[n, c, i
 index tensors, which ONNX Runtime ran 2.4x slower than eager's kernel on RAFT (192 calls)."""
 from __future__ import annotations
 
-import torch
-
 import numpy as np
+import torch
 
 from ..registry import lowering
 
@@ -68,30 +67,30 @@ def lower_grid_sampler_3d(ctx, node):
         points.append(p)
     strides = [sizes[1] * sizes[2], sizes[2], 1]
     if mode == 1:  # nearest: ATen rounds half to even, as ONNX Round does
-        corners = [[(ctx.op("Round", p), None)] for p in points]
+        taps = [[(ctx.op("Round", p), None)] for p in points]
     else:
-        corners = []
+        taps = []
         for p in points:
             low = ctx.op("Floor", p)
             high_weight = ctx.op("Sub", p, low)
-            corners.append([(low, ctx.op("Sub", ctx.const(1.0, f32), high_weight)),
-                            (ctx.op("Add", low, ctx.const(1.0, f32)), high_weight)])
+            taps.append([(low, ctx.op("Sub", ctx.const(1.0, f32), high_weight)),
+                         (ctx.op("Add", low, ctx.const(1.0, f32)), high_weight)])
+    # Per axis and tap, once: whether it lies inside the volume, and its offset in the flattened volume.
+    taps = [[(ctx.op("And", ctx.op("GreaterOrEqual", at, ctx.const(0.0, f32)),
+                     ctx.op("LessOrEqual", at, ctx.const(float(sizes[axis] - 1), f32))),
+              ctx.op("Mul", ctx.cast(at, i64), ctx.const(strides[axis], i64)), w) for at, w in axis_taps]
+            for axis, axis_taps in enumerate(taps)]
     out = None
-    for corner in np.ndindex(*[len(k) for k in corners]):
-        index, weight, inside = None, None, None
-        for axis, k in enumerate(corner):
-            at, w = corners[axis][k]
-            ok = ctx.op("And", ctx.op("GreaterOrEqual", at, ctx.const(0.0, f32)),
-                        ctx.op("LessOrEqual", at, ctx.const(float(sizes[axis] - 1), f32)))
-            term = ctx.op("Mul", ctx.cast(at, i64), ctx.const(strides[axis], i64))
-            index = term if index is None else ctx.op("Add", index, term)
-            inside = ok if inside is None else ctx.op("And", inside, ok)
+    for corner in np.ndindex(*[len(t) for t in taps]):
+        inside, index, weight = taps[0][corner[0]]
+        for axis in (1, 2):
+            ok, offset, w = taps[axis][corner[axis]]
+            inside, index = ctx.op("And", inside, ok), ctx.op("Add", index, offset)
             weight = w if weight is None else (weight if w is None else ctx.op("Mul", weight, w))
-        index = ctx.op("Where", inside, index, ctx.const(0, i64))  # out-of-volume corners read 0, weighted 0
+        index = ctx.op("Where", inside, index, ctx.const(0, i64))  # an out-of-volume corner reads voxel 0 ...
         read = ctx.op("GatherElements", volume, ctx.op("Expand", index, ctx.ints([1, c, 1])), axis=2)
-        scale = ctx.cast(inside, f32) if weight is None else ctx.op("Where", inside, weight, ctx.const(0.0, f32))
-        term = ctx.op("Where", ctx.op("Expand", inside, ctx.ints([1, c, 1])), ctx.op("Mul", read, scale),
-                      ctx.const(0.0, f32))
+        term = read if weight is None else ctx.op("Mul", read, weight)
+        term = ctx.op("Where", inside, term, ctx.const(0.0, f32))  # ... and counts 0 (even if that voxel is inf)
         out = term if out is None else ctx.op("Add", out, term)
     out = ctx.op("Reshape", out, ctx.ints([0, c, *out_sizes]))
     return ctx.cast(out, torch.float16) if ctx.dtype(x) == torch.float16 else out
