@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Device-call stages for the H200, session 22 (onnxruntime-gpu in /tmp/site from .chunk1-4). Logs under $OUT/s22.
+# Usage: scripts/gpu_session22.sh chunk K | lanes [budget_min] | cgr [budget_s]
+source scripts/gpu_stage_env.sh
+gpu_stage_env s22 "${1:-}"
+source scripts/conf_lanes.sh
+case ${1:?stage} in
+  chunk)  # carry .chunkK; the fourth unpacks
+    bash scripts/gpu_session6.sh chunk "${2:?K}"
+    ;;
+  lanes)  # issue 7: the CUDA tests again after session 21's fixes (TopK's NaN key, fp16 samples eager cannot run,
+          # the bounded CUDA-graph test) and the lowerings added since (search, sort, deform, antialiased resize,
+          # 5-D grid_sample); a trace of the two float16 BEV defects; the three timm models left unrun, both dtypes
+    if [ -f scripts/diag_s22.py ]; then (timeout 240 python3 scripts/diag_s22.py whole bounded > $L/diag.txt 2>&1) & fi
+    cuda_test_lane $L 500 tests/test_lowerings.py tests/test_attention.py tests/test_cuda_graphs.py \
+      -k "cuda or bounded_dimension or shape_change"
+    conf_lanes $L "${2:-6}" "H200; two conformance lanes side by side (one per dtype) and a CUDA test lane (GPU and 16 cores shared)" \
+      "timm_botnet26t_256,timm_lambda_resnet26t,timm_efficientformerv2_s0"
+    tar xzf $L.tgz -O s22/tests.log | grep -E "^(FAILED|ERROR|XPASS)|passed|failed|rc=" | tail -25
+    tar xzf $L.tgz -O s22/diag.txt | grep -E "^(===|dtypes|########|[A-Za-z]*Error)" | head -40
+    ;;
+  cgr)  # issue 10: fp16 batch 1 with README "Per-call cost"'s recipe (weights installed in the graph, dict tags) for
+        # the three models ONNX Runtime's own graph beat; then the LiDAR example end to end, fp16
+    timeout 320 python3 benchmarks/bench_cudagraphs.py --no-lidar --models mobilenet_v3_large,efficientnet_b0,convnext_tiny \
+      --configs fp16:1 --variants inductor_ro,inductor_ro_recipe,hybrid_cg_mp,hybrid_cg_mp_recipe,ort_cg --rounds 5 \
+      --budget-s ${2:-240} --grace-s 40 --out $L/cgr.md > $L/cgr.log 2>&1
+    echo "cgr rc=$?"; cat $L/cgr.md
+    timeout 170 python3 benchmarks/bench_cudagraphs.py --no-lidar --models lidar --configs fp16:1 \
+      --variants eager,inductor,hybrid,hybrid_cg_mp --rounds 5 --budget-s 100 --grace-s 50 --out $L/lidar.md > $L/lidar.log 2>&1
+    echo "lidar rc=$?"; cat $L/lidar.md
+    tar czf $L-cgr.tgz -C $OUT s22/cgr.log s22/lidar.log && rm $L/cgr.log $L/lidar.log
+    ;;
+esac
