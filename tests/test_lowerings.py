@@ -293,6 +293,16 @@ SAMPLES: dict[Any, list[Case]] = {
           T(rn(6, seed=4)), 1, 1, 1, 1, 1, 1, 1, 1, True),
         C(T(rn(2, 4, 7, 5)), T(rn(4, 2, 3, 3, seed=1)), T(rn(2, 36, 3, 2, seed=2) * 3), T(rn(2, 18, 3, 2)),
           T(torch.zeros(4)), 2, 2, 0, 0, 1, 1, 2, 2, False, id="strided_grouped_no_mask")],
+    # roi.py (torchvision's op): boxes across the edge and smaller than a pixel, batch indices, both alignments,
+    # a fixed and the adaptive sampling grid, a feature-map scale; no boxes at all
+    torch.ops.torchvision.roi_align.default: [
+        C(T(rn(2, 3, 9, 11)), T(torch.tensor([[0, 1.0, 1.5, 7.2, 6.0], [1, -2.0, 3.0, 4.5, 12.0],
+                                               [1, 5.3, 5.1, 5.6, 5.4], [0, 9.0, 0.0, 14.0, 3.0]])),
+          1.0, 3, 2, -1, False, id="unaligned_adaptive"),
+        C(T(rn(2, 3, 9, 11)), T(torch.tensor([[1, 4.0, 6.0, 30.0, 34.0], [0, 0.0, 0.0, 43.0, 35.0],
+                                               [0, 20.0, 21.0, 21.0, 22.0]])),
+          0.25, 4, 4, 2, True, id="aligned_scaled_ratio2"),
+        C(T(rn(1, 2, 6, 6)), T(torch.zeros(0, 5)), 0.5, 2, 2, 0, True, id="no_boxes")],
     # search.py: ties on an edge, NaN (past every edge in ATen) and infinities, both sides, int32 out
     aten.bucketize.Tensor: [C(T(torch.tensor([[-1.0, 0.0, 0.25, 0.3], [1.0, 2.0, float("nan"), -float("inf")]])),
                               T(torch.linspace(0, 1, 5))),
@@ -1437,6 +1447,34 @@ def test_deformable_convolution_delegates_with_its_head(config):
     torch.manual_seed(0)
     _delegated_whole(_DeformableHead(**config).eval(), torch.randn(2, 8, 9, 11), rtol=1e-5, atol=1e-5,
                      ops=("torchvision.deform_conv2d.default",))
+
+
+class _BoxHead(torch.nn.Module):
+    """A two-stage detector's box head: RoI Align of each proposal on a stride-4 feature map (torchvision.ops
+    .roi_align, the op under MultiScaleRoIAlign), then the box MLP; the proposals are an input, rows of (batch
+    index, x1, y1, x2, y2) in image pixels."""
+
+    def __init__(self, aligned=True, sampling_ratio=2):
+        super().__init__()
+        self.backbone = torch.nn.Conv2d(3, 8, 3, stride=4, padding=1)
+        self.fc = torch.nn.Linear(8 * 5 * 5, 6)
+        self.aligned, self.sampling_ratio = aligned, sampling_ratio
+
+    def forward(self, image, proposals):
+        features = self.backbone(image).relu()
+        pooled = torchvision.ops.roi_align(features, proposals, output_size=5, spatial_scale=0.25,
+                                           sampling_ratio=self.sampling_ratio, aligned=self.aligned)
+        return self.fc(pooled.flatten(1))
+
+
+@pytest.mark.parametrize("config", [{}, dict(aligned=False, sampling_ratio=-1)], ids=str)
+def test_roi_align_delegates_with_the_box_head(config):
+    """RoI Align stayed with Inductor ("no lowering for torchvision.roi_align.default"), two seams in every
+    two-stage detector's head (Faster/Mask R-CNN)."""
+    torch.manual_seed(0)
+    proposals = torch.tensor([[0, 3.0, 5.0, 40.0, 30.0], [1, -6.0, 10.0, 20.0, 47.0], [1, 12.0, 12.0, 12.5, 13.0]])
+    _delegated_whole(_BoxHead(**config).eval(), torch.randn(2, 3, 48, 40), proposals, rtol=1e-5, atol=1e-5,
+                     ops=("torchvision.roi_align.default",))
 
 
 class _Preprocessed(torch.nn.Module):
