@@ -576,6 +576,8 @@ SAMPLES: dict[Any, list[Case]] = {
     aten.split_with_sizes.default: [C(T(X3()), [1, 4], 2, outputs=(0, 1))],
     aten.unbind.int: [C(T(X3()), 1, outputs=(0, 1, 2, 3))],
     aten.constant_pad_nd.default: [C(T(X4()), [1, 2]), C(T(X4()), [0, 1, 2, 0], 1.5, id="value_2dims"),
+                                   C(T(X4()), [-1, 2, 0, -2], id="crop_and_pad"), C(T(X4()), [-1, -1], id="crop"),
+                                   C(T(X4()), [0, 0], id="nothing"),
                                    C(T(ri(3, 4)), [1, 1], 7, id="int64")],
 }
 

@@ -290,14 +290,14 @@ def lower_unbind(ctx, node):
 
 
 def _check_pad(node):
-    pads = node.args[1]
-    if any(not isinstance(p, int) or p < 0 for p in pads):
-        return "negative or symbolic padding"
+    if any(not isinstance(p, int) for p in node.args[1]):
+        return "symbolic padding"
     return None
 
 
 @lowering(aten.constant_pad_nd.default, dtypes=ANY, check=_check_pad)
 def lower_constant_pad(ctx, node):
+    """Negative amounts crop (F.pad's crop, F.fold's decomposition): a Slice of those, then a Pad of the rest."""
     x = node.args[0]
     pad = [int(p) for p in ctx.arg(node.args[1])]
     value = ctx.arg(node.args[2]) if len(node.args) > 2 else 0
@@ -306,5 +306,12 @@ def lower_constant_pad(ctx, node):
     # ATen lists (begin, end) pairs starting from the last dimension.
     for i in range(len(pad) // 2):
         begins[rank - 1 - i], ends[rank - 1 - i] = pad[2 * i], pad[2 * i + 1]
-    dtype = ctx.dtype(x)
-    return ctx.op("Pad", ctx.input(x), ctx.ints(begins + ends), ctx.const(value, dtype), mode="constant")
+    out = ctx.input(x)
+    cropped = [axis for axis in range(rank) if begins[axis] < 0 or ends[axis] < 0]
+    if cropped:  # ends counted from the end of the axis, so no size is written
+        out = ctx.op("Slice", out, ctx.ints([max(-begins[a], 0) for a in cropped]),
+                     ctx.ints([ends[a] if ends[a] < 0 else INT64_MAX for a in cropped]), ctx.ints(cropped))
+    if not any(p > 0 for p in begins + ends):
+        return out if cropped else ctx.op("Identity", out)
+    return ctx.op("Pad", out, ctx.ints([max(p, 0) for p in begins + ends]), ctx.const(value, ctx.dtype(x)),
+                  mode="constant")
