@@ -1,5 +1,5 @@
 """``F.fold`` / ``nn.Fold`` (``aten.col2im``: VOLO's outlook attention, overlapping patch merges): each kernel tap's
-plane of columns placed on the padded image, the planes summed, the padding cropped. ONNX's Col2Im needs opset 18,
+plane of columns placed on the padded image (by stride phase), the planes summed, the padding cropped. ONNX's Col2Im needs opset 18,
 and the decomposition Inductor's table gives (an accumulating index_put after a negative pad) is a scatter, which
 the CPU provider runs element by element.
 
@@ -30,18 +30,24 @@ def lower_col2im(ctx, node):
     c = ctx.shape(x)[-2] // (kh * kw)
     cols = ctx.input(x) if batched else ctx.op("Unsqueeze", ctx.input(x), ctx.ints([0]))
     taps = ctx.op("Split", ctx.op("Reshape", cols, ctx.ints([0, c, kh * kw, lh, lw])), axis=2, outputs=kh * kw)
-    spread_h, spread_w = (lh - 1) * sh + 1, (lw - 1) * sw + 1  # a plane with the stride's gaps between columns
-    total = None
+    taps = [taps] if kh * kw == 1 else taps  # one output is returned as its name
+    # A tap's columns land every stride-th pixel, all on one phase (row % sh, col % sw) of the padded image: on
+    # that phase's grid (a stride-th of the image) the tap is a plain shift. Each phase sums its taps there, in
+    # tap order, and the phases are interleaved once (no gaps are written per tap).
+    hc, wc = -(-(h + 2 * ph) // sh), -(-(w + 2 * pw) // sw)
+    phases: dict = {}
     for k, tap in enumerate(taps):
-        plane = ctx.op("Squeeze", tap, ctx.ints([2]))
-        if sh > 1 or sw > 1:
-            plane = ctx.op("Pad", ctx.op("Unsqueeze", plane, ctx.ints([3, 5])),  # [n, c, lh, 1, lw, 1]
-                           ctx.ints([0, 0, 0, 0, 0, 0, 0, 0, 0, sh - 1, 0, sw - 1]))
-            plane = ctx.op("Slice", ctx.op("Reshape", plane, ctx.ints([0, c, lh * sh, lw * sw])),
-                           ctx.ints([0, 0]), ctx.ints([spread_h, spread_w]), ctx.ints([2, 3]))
-        top, left = (k // kw) * dh, (k % kw) * dw
-        bottom, right = h + 2 * ph - top - spread_h, w + 2 * pw - left - spread_w
-        placed = ctx.op("Pad", plane, ctx.ints([0, 0, top, left, 0, 0, bottom, right]))
-        total = placed if total is None else ctx.op("Add", total, placed)
-    out = ctx.op("Slice", total, ctx.ints([ph, pw]), ctx.ints([ph + h, pw + w]), ctx.ints([2, 3]))
+        (top, py), (left, px) = divmod((k // kw) * dh, sh), divmod((k % kw) * dw, sw)
+        placed = ctx.op("Pad", ctx.op("Squeeze", tap, ctx.ints([2])),
+                        ctx.ints([0, 0, top, left, 0, 0, hc - top - lh, wc - left - lw]))
+        phases[py, px] = placed if (py, px) not in phases else ctx.op("Add", phases[py, px], placed)
+    if sh == sw == 1:
+        image = phases[0, 0]
+    else:  # phases no tap reaches (a kernel smaller than its stride) read zero
+        zero = ctx.op("Expand", ctx.const(0.0, ctx.dtype(x)), ctx.op("Shape", next(iter(phases.values()))))
+        rows = [ctx.op("Concat", *[ctx.op("Unsqueeze", phases.get((py, px), zero), ctx.ints([4]))
+                                   for px in range(sw)], axis=4) for py in range(sh)]  # [n, c, hc, wc, sw]
+        image = ctx.op("Concat", *[ctx.op("Unsqueeze", r, ctx.ints([3])) for r in rows], axis=3)
+        image = ctx.op("Reshape", image, ctx.ints([0, c, hc * sh, wc * sw]))  # [n, c, hc, sh, wc, sw] interleaved
+    out = ctx.op("Slice", image, ctx.ints([ph, pw]), ctx.ints([ph + h, pw + w]), ctx.ints([2, 3]))
     return out if batched else ctx.op("Squeeze", out, ctx.ints([0]))
