@@ -1490,6 +1490,26 @@ def test_roi_align_delegates_with_the_box_head(config):
                      ops=("torchvision.roi_align.default",))
 
 
+def test_roi_align_over_a_bounded_proposal_count_gets_one_engine():
+    """The proposal count changes every frame: marked dynamic with bounds, one range engine serves every count
+    (the lowering writes no count)."""
+    torch.manual_seed(0)
+    model = _BoxHead().eval()
+    compiled = torch.compile(model, backend="hybrid_trt", options={"strict": True})
+    image = torch.randn(2, 3, 48, 40)
+    with torch.no_grad():
+        for k in (3, 17, 5):
+            boxes = torch.rand(k, 4) * 40
+            proposals = torch.cat([torch.randint(0, 2, (k, 1)).float(), boxes.sort(1).values], 1)
+            if k == 3:
+                torch._dynamo.mark_dynamic(proposals, 0, min=2, max=1000)
+            assert_close(compiled(image, proposals), model(image, proposals), rtol=1e-5, atol=1e-5,
+                         what=f"{k} proposals")
+    report = hybrid_trt.last_report()
+    assert not report.inductor_ops and len(report.partitions) == 1, report.table()
+    assert [e.signature for e in report.partitions[0].engines] == ["range 2x3x48x40, [2..1000]x5"], report.table()
+
+
 class _OutlookFold(torch.nn.Module):
     """VOLO's outlook attention in small: values unfolded into overlapping 3x3 windows, weighted, folded back
     (F.fold sums the overlaps)."""
@@ -1570,8 +1590,9 @@ def test_volume_sampling_delegates_with_its_convolutions(mode, padding):
 
 
 @pytest.mark.parametrize("block,shape", [(_DeformableHead, (8, 9, 11)), (_VolumeSampler, (2, 6, 7, 8)),
-                                         (_Preprocessed, (3, 75, 101)), (_DepthBins, (4, 12, 12))],
-                         ids=["deform_conv2d", "grid_sampler_3d", "antialiased_resize", "bucketize"])
+                                         (_Preprocessed, (3, 75, 101)), (_DepthBins, (4, 12, 12)),
+                                         (_OutlookFold, (4, 8, 10))],
+                         ids=["deform_conv2d", "grid_sampler_3d", "antialiased_resize", "bucketize", "col2im"])
 def test_batch_range_gets_one_engine(block, shape):
     """A batch marked dynamic with bounds gets one engine for the range only if the lowering writes no batch size
     (a deformable head exported with a batch range had an engine for the traced batch alone, and any other batch

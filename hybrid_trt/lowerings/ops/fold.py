@@ -16,9 +16,10 @@ aten = torch.ops.aten
 
 
 def _check_col2im(node):
-    sizes = [*node.args[1], *(node.args[0].meta["val"].shape if "val" in node.args[0].meta else ())]
+    x = node.args[0].meta.get("val")
+    sizes = [*node.args[1], *(x.shape[-2:] if isinstance(x, torch.Tensor) else ())]  # not the batch: never written
     if any(not isinstance(s, int) for s in sizes):
-        return "symbolic sizes (each tap's placement is written with the image's size)"
+        return "a symbolic image or column size (each tap's placement is written with the image's size)"
     return None
 
 
