@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Device-call stages for the H200, session 22 (onnxruntime-gpu in /tmp/site from .chunk1-4). Logs under $OUT/s22.
-# Usage: scripts/gpu_session22.sh chunk K | lanes [budget_min] | cgr [budget_s]
+# Usage: scripts/gpu_session22.sh chunk K | lanes [budget_min] | quick [test_s] | cgr [budget_s]
 source scripts/gpu_stage_env.sh
 gpu_stage_env s22 "${1:-}"
 source scripts/conf_lanes.sh
@@ -19,6 +19,17 @@ case ${1:?stage} in
       "timm_botnet26t_256,timm_lambda_resnet26t,timm_efficientformerv2_s0" "timm_vit_small_patch16_rope_224"
     tar xzf $L.tgz -O s22/tests.log | grep -E "^(FAILED|ERROR|XPASS)|passed|failed|rc=" | tail -25
     tar xzf $L.tgz -O s22/diag.txt | grep -E "^(===|dtypes|########|[A-Za-z]*Error)" | head -40
+    ;;
+  quick)  # what is left of the budget after a machine was taken back mid-call: the float16 BEV trace and the CUDA
+          # tests of what changed since session 21's GPU run (TopK's NaN key, the new lowerings, the bounded
+          # CUDA-graph test), no conformance lanes
+    if [ -f scripts/diag_s22.py ]; then (timeout 200 python3 scripts/diag_s22.py whole bounded > $L/diag.txt 2>&1) & fi
+    timeout ${2:-280} python3 -m pytest -q -p no:cacheprovider tests/test_lowerings.py tests/test_cuda_graphs.py \
+      -k "(cuda and (sort or topk or roi_align or col2im or bucketize or searchsorted or deform or grid_sampler_3d or _aa or points_to_bev or constant_pad)) or bounded_dimension" \
+      > $L/tests.log 2>&1; echo "tests rc=$?" >> $L/tests.log
+    wait
+    grep -E "^(FAILED|ERROR|XPASS)|passed|failed|rc=" $L/tests.log | tail -25
+    grep -E "^(===|dtypes|########|[A-Za-z]*Error)" $L/diag.txt | head -40
     ;;
   cgr)  # issue 10: fp16 batch 1 with README "Per-call cost"'s recipe (weights installed in the graph, dict tags) for
         # the three models ONNX Runtime's own graph beat; then the LiDAR example end to end, fp16
