@@ -1,10 +1,11 @@
 """``F.fold`` / ``nn.Fold`` (``aten.col2im``: VOLO's outlook attention, overlapping patch merges): each kernel tap's
-plane of columns placed on the padded image (by stride phase), the planes summed, the padding cropped. ONNX's Col2Im needs opset 18,
-and the decomposition Inductor's table gives (an accumulating index_put after a negative pad) is a scatter, which
-the CPU provider runs element by element.
+plane of columns placed on the padded image (on its stride phase), the planes summed, the padding cropped. ONNX's
+Col2Im needs opset 18, and the decomposition Inductor's table gives (an accumulating index_put after a negative
+pad) is a scatter, which the CPU provider runs element by element.
 
-The planes are added in ATen's order (tap by tap, from zero), so float32 results are ATen's bit for bit; a NaN or
-an infinity reaches only the pixels its column covers (a one-hot convolution would spread it through 0 * inf).
+The planes are added in ATen's order (tap by tap, from zero), so float32 results are ATen's bit for bit (the
+samples compare exactly); a NaN or an infinity reaches only the pixels its column covers (a one-hot convolution
+would spread it through 0 * inf).
 """
 from __future__ import annotations
 
