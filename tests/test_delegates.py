@@ -424,3 +424,17 @@ def test_tensorrt_declines_what_its_topk_layer_cannot_take(call, shape, dtype, d
         assert reason is None, reason
     else:
         assert reason is not None and declined in reason, reason
+
+
+def test_tensorrt_declines_roi_align_for_onnx_runtime():
+    """TensorRT's ONNX parser imports RoiAlign only as its ROIAlign_TRT plugin, which hybrid_trt does not register:
+    the tensorrt delegate declines roi_align on the traced node (so ONNX Runtime, next in order, claims it) and
+    takes the convolution beside it."""
+    torchvision = pytest.importorskip("torchvision")
+    from torch.fx.experimental.proxy_tensor import make_fx
+    gm = make_fx(lambda x, boxes: torchvision.ops.roi_align(torch.relu(x), boxes, 2), tracing_mode="fake")(
+        torch.zeros(1, 2, 8, 8), torch.zeros(3, 5))
+    reasons = {str(n.target): get_delegate("tensorrt").node_unsupported_reason(n)
+               for n in gm.graph.nodes if n.op == "call_function"}
+    assert "ROIAlign_TRT" in (reasons["torchvision.roi_align.default"] or ""), reasons
+    assert reasons["aten.relu.default"] is None, reasons

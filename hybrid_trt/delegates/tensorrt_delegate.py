@@ -83,6 +83,10 @@ class TensorRTEngine(Engine):
 _TOPK_MAX_K = 3840
 _TOPK_DTYPES = frozenset({torch.int32, torch.int64, torch.float16, torch.float32, torch.bfloat16})
 _TOPK = frozenset({torch.ops.aten.topk.default, torch.ops.aten.sort.default, torch.ops.aten.sort.stable})
+# Ops whose ONNX form TensorRT's parser imports only through one of TensorRT's own plugins, which this delegate
+# does not register (it builds without libnvinfer_plugin's creators): declined, so ONNX Runtime takes them.
+_PLUGIN_ONLY = {"torchvision.roi_align.default": "tensorrt: RoiAlign imports only as TensorRT's ROIAlign_TRT plugin, "
+                                                 "which hybrid_trt does not register"}
 
 
 def topk_unsupported_reason(node) -> Optional[str]:
@@ -122,6 +126,8 @@ class TensorRTDelegate(Delegate):
         return None
 
     def node_unsupported_reason(self, node) -> Optional[str]:
+        if str(node.target) in _PLUGIN_ONLY:
+            return _PLUGIN_ONLY[str(node.target)]
         return topk_unsupported_reason(node) if node.target in _TOPK else None
 
     def options_from(self, options) -> dict[str, Any]:
