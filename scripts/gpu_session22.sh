@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Device-call stages for the H200, session 22 (onnxruntime-gpu in /tmp/site from .chunk1-4). Logs under $OUT/s22.
-# Usage: scripts/gpu_session22.sh chunk K | lanes [budget_min] | quick [test_s] | cgr [budget_s]
+# Usage: scripts/gpu_session22.sh chunk K | lanes [budget_min] | quick [test_s]
+# (issue 10's recipe rows and LiDAR fp16 are session 21's stage, unchanged: scripts/gpu_session21.sh cgr)
 source scripts/gpu_stage_env.sh
 gpu_stage_env s22 "${1:-}"
 source scripts/conf_lanes.sh
@@ -30,16 +31,5 @@ case ${1:?stage} in
     wait
     grep -E "^(FAILED|ERROR|XPASS)|passed|failed|rc=" $L/tests.log | tail -25
     grep -E "^(===|dtypes|########|[A-Za-z]*Error)" $L/diag.txt | head -40
-    ;;
-  cgr)  # issue 10: fp16 batch 1 with README "Per-call cost"'s recipe (weights installed in the graph, dict tags) for
-        # the three models ONNX Runtime's own graph beat; then the LiDAR example end to end, fp16
-    timeout 320 python3 benchmarks/bench_cudagraphs.py --no-lidar --models mobilenet_v3_large,efficientnet_b0,convnext_tiny \
-      --configs fp16:1 --variants inductor_ro,inductor_ro_recipe,hybrid_cg_mp,hybrid_cg_mp_recipe,ort_cg --rounds 5 \
-      --budget-s ${2:-240} --grace-s 40 --out $L/cgr.md > $L/cgr.log 2>&1
-    echo "cgr rc=$?"; cat $L/cgr.md
-    timeout 170 python3 benchmarks/bench_cudagraphs.py --no-lidar --models lidar --configs fp16:1 \
-      --variants eager,inductor,hybrid,hybrid_cg_mp --rounds 5 --budget-s 100 --grace-s 50 --out $L/lidar.md > $L/lidar.log 2>&1
-    echo "lidar rc=$?"; cat $L/lidar.md
-    tar czf $L-cgr.tgz -C $OUT s22/cgr.log s22/lidar.log && rm $L/cgr.log $L/lidar.log
     ;;
 esac
