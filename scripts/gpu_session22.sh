@@ -24,8 +24,8 @@ case ${1:?stage} in
   quick)  # what is left of the budget after a machine was taken back mid-call: the float16 BEV trace and the CUDA
           # tests of what changed since session 21's GPU run (TopK's NaN key, the new lowerings, the bounded
           # CUDA-graph test), no conformance lanes
-    if [ -f scripts/diag_s22.py ]; then (timeout 200 python3 scripts/diag_s22.py whole bounded > $L/diag.txt 2>&1) & fi
-    timeout ${2:-280} python3 -m pytest -q -p no:cacheprovider tests/test_lowerings.py tests/test_cuda_graphs.py \
+    if [ -f scripts/diag_s22.py ]; then (timeout 170 python3 scripts/diag_s22.py whole bounded > $L/diag.txt 2>&1) & fi
+    timeout ${2:-200} python3 -m pytest -q -p no:cacheprovider tests/test_lowerings.py tests/test_cuda_graphs.py \
       -k "(cuda and (sort or topk or roi_align or col2im or bucketize or searchsorted or deform or grid_sampler_3d or _aa or points_to_bev or constant_pad)) or bounded_dimension" \
       > $L/tests.log 2>&1; echo "tests rc=$?" >> $L/tests.log
     wait
