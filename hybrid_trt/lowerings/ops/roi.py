@@ -9,7 +9,6 @@ indices apart.
 from __future__ import annotations
 
 import torch
-from onnx import TensorProto
 
 from ..registry import lowering
 
@@ -28,7 +27,7 @@ def _check_roi_align(node):
 def lower_roi_align(ctx, node):
     x, rois, spatial_scale, pooled_height, pooled_width, sampling_ratio, aligned = node.args
     index, boxes = ctx.op("Split", ctx.input(rois, torch.float32), ctx.ints([1, 4]), axis=1, outputs=2)
-    batch = ctx.op("Cast", ctx.op("Squeeze", index, ctx.ints([1])), to=TensorProto.INT64)
+    batch = ctx.cast(ctx.op("Squeeze", index, ctx.ints([1])), torch.int64)
     out = ctx.op("RoiAlign", ctx.input(x, torch.float32), boxes, batch, mode="avg",
                  output_height=int(pooled_height), output_width=int(pooled_width),
                  sampling_ratio=max(int(sampling_ratio), 0), spatial_scale=float(spatial_scale),
