@@ -1358,16 +1358,14 @@ def test_scatters_stay_with_inductor_on_the_cpu_provider_with_their_reason():
         assert "CPU scatter kernels" in reasons.get(op, ""), hybrid_trt.last_report().table()
 
 
-def _bev_settings(fp16_defect: str):
+def _bev_settings():
     """CPU float32 here; on a GPU machine with onnxruntime-gpu also CUDA float32 and float16, where the scatters
-    are delegated by default (ScatterND/ScatterElements with reductions on the CUDA provider). ``fp16_defect``:
-    what the float16 CUDA run showed on the H200 (session 21), not yet fixed: an expected failure, strict, so
-    that a fix shows up as an unexpected pass."""
+    are delegated by default (ScatterND/ScatterElements with reductions on the CUDA provider). The float16 runs
+    failed on torch 2.11 through two Inductor passes, now switched off there (hybrid_trt/inductor_fixes.py)."""
     skip = [] if _cuda_provider() else [pytest.mark.skip(reason="needs a GPU and onnxruntime-gpu")]
     return [pytest.param("cpu", torch.float32, id="cpu-fp32"),
             pytest.param("cuda", torch.float32, id="cuda-fp32", marks=skip),
-            pytest.param("cuda", torch.float16, id="cuda-fp16",
-                         marks=skip + [pytest.mark.xfail(strict=True, reason=fp16_defect)])]
+            pytest.param("cuda", torch.float16, id="cuda-fp16", marks=skip)]
 
 
 def _bev_args(n, device, dtype):
@@ -1379,8 +1377,7 @@ def _bev_tol(dtype):
     return dict(rtol=1e-4, atol=1e-4) if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-2)
 
 
-@pytest.mark.parametrize("device,dtype", _bev_settings(
-    "H200, session 21: the NaN-cleaned ratio output came back float32 (eager: float16); not traced (no GPU left)"))
+@pytest.mark.parametrize("device,dtype", _bev_settings())
 def test_points_to_bev_scatters_delegate_with_their_block(scatters_on_cpu, device, dtype):
     torch.manual_seed(0)
     model = _PointsToBEV().eval().to(device, dtype)
@@ -1390,9 +1387,7 @@ def test_points_to_bev_scatters_delegate_with_their_block(scatters_on_cpu, devic
         "aten.isnan.default", "aten.trunc.default"))
 
 
-@pytest.mark.parametrize("device,dtype", _bev_settings(
-    "H200, session 21: Dynamo raised ConstraintViolationError, a guard (32*n)/(32+12*n) > 0.0556 on the point "
-    "count narrowing its declared range; where it is made was not traced (no GPU left)"))
+@pytest.mark.parametrize("device,dtype", _bev_settings())
 def test_points_to_bev_over_a_bounded_point_count_gets_one_engine(scatters_on_cpu, device, dtype):
     """A LiDAR frame's point count changes every frame: marked dynamic with bounds, the scatters read every size
     with Shape (none is written as a number), so the block lowers to one graph across the range and one engine

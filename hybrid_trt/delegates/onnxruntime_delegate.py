@@ -84,7 +84,8 @@ def _forward_ort_log(severity: int, category: str, logid: str, code_location: st
 
 class OnnxRuntimeEngine(Engine):
     __slots__ = ("_session", "_inputs", "_outputs", "_device", "_dev_type", "_dev_id", "_ort_outputs", "_cpu_call",
-                 "_run_options", "_stream", "_local", "serialized", "_empty", "_empty_ptr", "_cold", "_captured")
+                 "_run_options", "_stream", "_local", "serialized", "_empty", "_empty_ptr", "_cold", "_captured",
+                 "_shapes_by_input")
 
     def __init__(self, session, output_metas: Sequence[torch.Tensor], device: torch.device,
                  stream: Optional["torch.cuda.Stream"] = None):
@@ -101,12 +102,15 @@ class OnnxRuntimeEngine(Engine):
         # On CPU, outputs come from ONNX Runtime's arena and are handed to torch through DLPack: a fresh
         # torch.empty per call for large outputs goes to the OS (mmap / heap trim) and pays page faults every
         # call, which measured up to ~1 ms per call on a 200 KB output. On CUDA torch's caching allocator is
-        # cheap, so outputs are preallocated there, except for a model for a range of shapes, whose output
-        # sizes ONNX Runtime computes at each run (not run on a GPU machine yet).
-        self._ort_outputs = (device.type == "cpu" or ranged) and _dlpack_outputs_supported()
-        if ranged and not self._ort_outputs:
+        # cheap, so outputs are torch's there: Inductor's CUDA-graph trees require every output of a graph they
+        # warm up or capture to be an allocation from their pool, and ONNX Runtime's own are not ("storage data
+        # ptrs are not allocated in pool", H100). A model for a range of shapes learns its output sizes at the
+        # first run of each input shape (_output_shapes).
+        self._ort_outputs = device.type == "cpu" and _dlpack_outputs_supported()
+        if ranged and device.type == "cpu" and not self._ort_outputs:
             raise RuntimeError("a model with dynamic output sizes needs DLPack outputs, which this onnxruntime "
                                "lacks; engines per shape are used instead")
+        self._shapes_by_input = {} if ranged and device.type == "cuda" else None
         # A tensor with no elements may have a null data pointer, which IO binding rejects ("buffer_ptr = 0" on
         # CUDA); no byte of it is ever read or written, so any valid pointer on the device stands in for it.
         self._empty = torch.empty(1, dtype=torch.uint8, device=device)  # owns the stand-in pointer
@@ -170,13 +174,36 @@ class OnnxRuntimeEngine(Engine):
                 binding.bind_output(name, dev, dev_id)
             self._execute(binding, keep)
             return [torch.from_dlpack(v._ortvalue) for v in binding.get_outputs()]
+        shapes = self._output_shapes(keep) if self._shapes_by_input is not None else None
         outs = []
-        for name, shape, dtype, np_dtype in self._outputs:
+        for k, (name, shape, dtype, np_dtype) in enumerate(self._outputs):
+            shape = shape if shapes is None else shapes[k]
             out = torch.empty(shape, dtype=dtype, device=self._device)
             binding.bind_output(name, dev, dev_id, np_dtype, shape, out.data_ptr() or self._empty_ptr)
             outs.append(out)
         self._execute(binding, keep)
         return outs
+
+    def _output_shapes(self, inputs: list) -> list:
+        """A range model's output shapes for these input shapes: looked up, or learnt from one run with outputs
+        ONNX Runtime allocates. That run is also the one in which ONNX Runtime plans the new shape's memory, so the
+        run that follows (into torch's outputs) allocates it, and a CUDA graph's capture, which comes after a
+        warm-up call of the same shape, allocates nothing."""
+        key = tuple(tuple(t.shape) for t in inputs)
+        shapes = self._shapes_by_input.get(key)
+        if shapes is not None:
+            return shapes
+        if torch.cuda.is_current_stream_capturing():
+            raise RuntimeError(f"hybrid_trt: input shapes {list(key)} reached a CUDA graph capture without a "
+                               "warm-up run of the same shapes; ONNX Runtime would allocate during the capture")
+        binding, dev, dev_id = self._session.io_binding(), self._dev_type, self._dev_id
+        for (name, _built_shape, np_dtype), t in zip(self._inputs, inputs):
+            binding.bind_input(name, dev, dev_id, np_dtype, t.shape, t.data_ptr() or self._empty_ptr)
+        for name, *_ in self._outputs:
+            binding.bind_output(name, dev, dev_id)
+        self._execute(binding, inputs)
+        shapes = self._shapes_by_input[key] = [tuple(v.shape()) for v in binding.get_outputs()]
+        return shapes
 
     def _execute(self, binding, inputs: list) -> None:
         if self._stream is None:

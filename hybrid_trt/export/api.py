@@ -31,6 +31,7 @@ import torch.utils._pytree as pytree
 from ..capture.bounds import finite
 from ..engines import ranges as _ranges
 from ..engines.op import run_surfacing_failures
+from ..inductor_fixes import inductor_defects_avoided
 from ..log import TORCH_CPP_BUILDER, logger, quiet
 from ..plugins import registry as plugin_registry
 from . import custom_ops
@@ -116,7 +117,7 @@ def export(model: torch.nn.Module, example_inputs, *, dynamic_shapes=None, shape
         progress(f"{len(static)} static engine(s) built; compiling the rest with AOTInductor", done, total)
         program = _reexport(stitched, capture, export_args)
         try:
-            with quiet(TORCH_CPP_BUILDER):
+            with quiet(TORCH_CPP_BUILDER), inductor_defects_avoided():
                 torch._inductor.aoti_compile_and_package(program, package_path=str(staging / pkg.AOTI_PACKAGE))
         except Exception as e:
             raise ExportError(f"AOTInductor could not compile the graph left to Inductor: {type(e).__name__}: "

@@ -124,8 +124,13 @@ def _top_k(ctx, x, k: int, dim: int, largest: bool):
     else:
         # ATen ranks NaN above every number; ONNX Runtime's CPU TopK does too, its CUDA TopK ranks it below (seen
         # on the H200). So the ranking key is the input with NaN as +inf, and the values are read back from the
-        # input at the chosen indices. (A NaN and a +inf then tie, and take index order.)
+        # input at the chosen indices. (A NaN and a +inf then tie, and take index order.) The key is float32: the
+        # CUDA TopK sorting all of a float16 row smallest first put a +inf key last as an index past the row (H100,
+        # onnxruntime-gpu 1.31.1: the value read back was another tensor's memory); float32 holds float16 and
+        # bfloat16 exactly, so the order is the same.
         key = ctx.op("Where", ctx.op("IsNaN", name), ctx.const(float("inf"), ctx.dtype(x)), name)
+        if ctx.dtype(x) in (torch.float16, torch.bfloat16):
+            key = ctx.cast(key, torch.float32)
         indices = ctx.op("TopK", key, ctx.ints([k]), axis=axis, largest=int(bool(largest)), sorted=1, outputs=2)[1]
         values = ctx.op("GatherElements", name, indices, axis=axis)
     if not rank:

@@ -1,0 +1,34 @@
+"""ONNX Runtime's CUDA TopK on rows holding +inf / -inf / NaN, float16 and float32, k = the whole row and less,
+smallest and largest first: prints the indices it returns next to a stable argsort's (a GPU stage; the float16
+sort sample gave a value from outside its row on the H100)."""
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper
+
+ROWS = [[2.0, np.inf, -1.0, 2.0, 0.5], [1.0, 1.0, 1.0, -3.0, 7.0], [np.inf, -np.inf, 0.0, np.inf, -np.inf],
+        [3.0, 2.0, 1.0, 0.0, -1.0]]
+
+
+def topk_model(dtype, k, largest):
+    x = helper.make_tensor_value_info("x", dtype, [len(ROWS), 5])
+    v = helper.make_tensor_value_info("v", dtype, None)
+    i = helper.make_tensor_value_info("i", TensorProto.INT64, None)
+    kk = helper.make_tensor("k", TensorProto.INT64, [1], [k])
+    node = helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=1, largest=largest, sorted=1)
+    g = helper.make_graph([node], "g", [x], [v, i], initializer=[kk])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+for np_dtype, onnx_dtype in ((np.float16, TensorProto.FLOAT16), (np.float32, TensorProto.FLOAT)):
+    data = np.array(ROWS, dtype=np_dtype)
+    for k in (5, 3):
+        for largest in (0, 1):
+            s = ort.InferenceSession(topk_model(onnx_dtype, k, largest), providers=["CUDAExecutionProvider"])
+            v, i = s.run(None, {"x": data})
+            want = np.argsort(-data if largest else data, axis=1, kind="stable")[:, :k]
+            bad = [r for r in range(len(ROWS)) if not np.array_equal(np.sort(i[r]), np.sort(want[r]))
+                   or (i[r] >= 5).any() or (i[r] < 0).any()]
+            print(f"{np_dtype.__name__} k={k} largest={largest}: {'OK' if not bad else 'BAD rows ' + str(bad)}")
+            for r in bad:
+                print(f"   row {ROWS[r]}: indices {i[r].tolist()} values {v[r].tolist()}; stable argsort {want[r].tolist()}")
