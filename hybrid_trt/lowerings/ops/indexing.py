@@ -124,10 +124,10 @@ def _top_k(ctx, x, k: int, dim: int, largest: bool):
     else:
         # ATen ranks NaN above every number; ONNX Runtime's CPU TopK does too, its CUDA TopK ranks it below (seen
         # on the H200). So the ranking key is the input with NaN as +inf, and the values are read back from the
-        # input at the chosen indices. (A NaN and a +inf then tie, and take index order.) The key is float32: the
-        # CUDA TopK sorting all of a float16 row smallest first put a +inf key last as an index past the row (H100,
-        # onnxruntime-gpu 1.31.1: the value read back was another tensor's memory); float32 holds float16 and
-        # bfloat16 exactly, so the order is the same.
+        # input at the chosen indices. (A NaN and a +inf then tie, and take index order.) The key is float32: a
+        # float16 sort (all of a row, smallest first) on the CUDA TopK read back 2.4e-07 where the NaN (+inf key)
+        # belonged, a value from no element of the row (H100, onnxruntime-gpu 1.31.1; the float32 TopK is the
+        # kernel the other samples pass on); float32 holds float16 and bfloat16 exactly, so the order is the same.
         key = ctx.op("Where", ctx.op("IsNaN", name), ctx.const(float("inf"), ctx.dtype(x)), name)
         if ctx.dtype(x) in (torch.float16, torch.bfloat16):
             key = ctx.cast(key, torch.float32)
