@@ -438,3 +438,38 @@ def test_tensorrt_declines_roi_align_for_onnx_runtime():
                for n in gm.graph.nodes if n.op == "call_function"}
     assert "ROIAlign_TRT" in (reasons["torchvision.roi_align.default"] or ""), reasons
     assert reasons["aten.relu.default"] is None, reasons
+
+
+def _range_model():
+    """Concat of x with itself along a dimension named N: the output's size (2N) is known only at run time."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3])
+    out = helper.make_tensor_value_info("out", TensorProto.FLOAT, ["M", 3])
+    graph = helper.make_graph([helper.make_node("Concat", ["x", "x"], ["out"], axis=0)], "g", [x], [out])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_range_engine_learns_output_shapes_once_per_input_shape_into_torch_outputs(monkeypatch):
+    """The CUDA path of an engine for a range of shapes (run here through the CPU provider's IO binding, which is
+    the same API): the first call of each input shape learns the output shapes from a run with ONNX Runtime's own
+    outputs, every call returns outputs torch allocated (CUDA graph trees accept only those), and a shape seen
+    before runs once."""
+    import onnxruntime as ort
+    from hybrid_trt.delegates.onnxruntime_delegate import OnnxRuntimeEngine
+    session = ort.InferenceSession(_range_model().SerializeToString(), providers=["CPUExecutionProvider"])
+    engine = OnnxRuntimeEngine(session, [torch.empty(4, 3)], torch.device("cpu"))
+    engine._cpu_call, engine._ort_outputs, engine._shapes_by_input = None, False, {}  # as on CUDA
+    runs = []
+    real_run = session.run_with_iobinding
+    monkeypatch.setattr(session, "run_with_iobinding", lambda *a: runs.append(1) or real_run(*a), raising=False)
+    engine._session = session
+    allocated = []
+    real_empty = torch.empty
+    monkeypatch.setattr(torch, "empty", lambda *a, **k: allocated.append(a) or real_empty(*a, **k))
+    for n, expected_runs in ((2, 2), (5, 2), (2, 1)):
+        runs.clear()
+        x = torch.randn(n, 3)
+        (out,) = engine([x])
+        assert torch.equal(out, torch.cat([x, x])) and out.shape == (2 * n, 3)
+        assert len(runs) == expected_runs, (n, runs)
+        assert allocated and tuple(allocated[-1][0]) == (2 * n, 3)  # the output is torch's
+    assert engine._shapes_by_input == {((2, 3),): [(4, 3)], ((5, 3),): [(10, 3)]}

@@ -193,7 +193,7 @@ class OnnxRuntimeEngine(Engine):
         shapes = self._shapes_by_input.get(key)
         if shapes is not None:
             return shapes
-        if torch.cuda.is_current_stream_capturing():
+        if self._stream is not None and torch.cuda.is_current_stream_capturing():
             raise RuntimeError(f"hybrid_trt: input shapes {list(key)} reached a CUDA graph capture without a "
                                "warm-up run of the same shapes; ONNX Runtime would allocate during the capture")
         binding, dev, dev_id = self._session.io_binding(), self._dev_type, self._dev_id
