@@ -24,7 +24,7 @@ from .capture.sizes import sizes_from_inputs
 from .capture.preserve import inductor_decompositions, preserve_ops
 from .capture import capture_decompositions, needs_gradients, weight_input_indices
 from .plugins.registry import activate_for as activate_plugins_for
-from .inductor_fixes import inductor_defects_avoided
+from .inductor_fixes import has_symbolic_sizes, inductor_defects_avoided
 from .log import TORCH_CPP_BUILDER, logger, quiet
 from .options import Options, make_options
 from .partitioner import partition_graph
@@ -66,7 +66,7 @@ def _compile(gm: fx.GraphModule, example_inputs, opts: Options, check_weights: b
     own check (the ids it is looked up by) has already been made."""
     report = new_report()
     try:
-        with quiet(TORCH_CPP_BUILDER), inductor_defects_avoided():
+        with quiet(TORCH_CPP_BUILDER), inductor_defects_avoided(has_symbolic_sizes(example_inputs)):
             return _compile_graph(gm, example_inputs, opts, check_weights, report)
     except RestartAnalysis:
         # Dynamo abandons this trace and calls the backend again (with dynamic=True, to specialise a float it had

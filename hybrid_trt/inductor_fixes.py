@@ -20,6 +20,7 @@ class _Fix(NamedTuple):
     setting: str      # the Inductor config switch that turns the pass off
     defect: str       # what it does wrong, for the debug log
     has_defect: Callable[[], bool]
+    dynamic_only: bool = False  # the defect needs symbolic sizes: a static graph keeps the pass (and its speed)
 
 
 def _source_lacks(module: str, function: str, fixed_marker: str) -> bool:
@@ -45,25 +46,34 @@ _FIXES = (
     # throughput): a dimension marked dynamic with bounds then fails with ConstraintViolationError. Later
     # releases read the sizes' hints instead.
     _Fix("shape_padding", "matmul padding guards on dynamic sizes",
-         lambda: _source_lacks("pad_mm", "_should_pad", "optimization_hint")),
+         lambda: _source_lacks("pad_mm", "_should_pad", "optimization_hint"), dynamic_only=True),
 )
 
 
 @functools.lru_cache(maxsize=None)
-def defective_settings() -> dict:
-    """The Inductor settings to switch off on this torch ({} on a torch without these defects). Read once: the
-    installed torch does not change within a process."""
+def defective_settings(dynamic: bool) -> dict:
+    """The Inductor settings to switch off on this torch ({} on a torch without these defects) for a graph with
+    (``dynamic``) or without symbolic sizes. Read once: the installed torch does not change within a process."""
     from torch._inductor import config
-    fixes = [f for f in _FIXES if hasattr(config, f.setting) and f.has_defect()]
+    fixes = [f for f in _FIXES if (dynamic or not f.dynamic_only) and hasattr(config, f.setting) and f.has_defect()]
     for f in fixes:
         logger.debug("hybrid_trt: Inductor's %s is off while hybrid_trt compiles (this torch: %s)", f.setting, f.defect)
     return {f.setting: False for f in fixes}
 
 
+def has_symbolic_sizes(example_inputs) -> bool:
+    """Whether a graph's example inputs (tensors, SymInts, other values) carry a symbolic size."""
+    import torch
+    return any(isinstance(v, torch.SymInt) or (isinstance(v, torch.Tensor)
+                                                and any(isinstance(d, torch.SymInt) for d in v.shape))
+               for v in example_inputs)
+
+
 @contextlib.contextmanager
-def inductor_defects_avoided():
-    """Inductor compiles inside this block run without the passes that are defective on this torch."""
-    patch = defective_settings()
+def inductor_defects_avoided(dynamic: bool):
+    """Inductor compiles inside this block run without the passes that are defective on this torch (for a graph
+    with symbolic sizes when ``dynamic``)."""
+    patch = defective_settings(bool(dynamic))
     if not patch:
         yield
         return

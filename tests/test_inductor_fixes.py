@@ -15,13 +15,34 @@ def test_a_pass_without_its_fix_is_switched_off_for_the_block_only(monkeypatch):
     monkeypatch.setattr(joint_graph, "scatter_upon_const_tensor", scatter_upon_const_tensor)
     inductor_fixes.defective_settings.cache_clear()
     try:
-        assert inductor_fixes.defective_settings().get("optimize_scatter_upon_const_tensor") is False
+        assert inductor_fixes.defective_settings(False).get("optimize_scatter_upon_const_tensor") is False
         before = config.optimize_scatter_upon_const_tensor
-        with inductor_fixes.inductor_defects_avoided():
+        with inductor_fixes.inductor_defects_avoided(False):
             assert config.optimize_scatter_upon_const_tensor is False
         assert config.optimize_scatter_upon_const_tensor == before
     finally:
         inductor_fixes.defective_settings.cache_clear()
+
+
+def test_matmul_padding_stays_on_for_static_graphs(monkeypatch):
+    """Its defect needs symbolic sizes: a static graph keeps the pass (it pads GPU matmuls for speed)."""
+    monkeypatch.setattr(pad_mm, "_should_pad", len)  # unreadable: counted as defective
+    inductor_fixes.defective_settings.cache_clear()
+    try:
+        assert "shape_padding" not in inductor_fixes.defective_settings(False)
+        assert inductor_fixes.defective_settings(True)["shape_padding"] is False
+    finally:
+        inductor_fixes.defective_settings.cache_clear()
+    seen = []
+
+    def backend(gm, example_inputs):  # what hybrid_trt's backend is given
+        seen.append(inductor_fixes.has_symbolic_sizes(example_inputs))
+        return gm.forward
+
+    for dynamic in (False, True):
+        torch._dynamo.reset()
+        torch.compile(lambda x: x * 2, backend=backend, dynamic=dynamic)(torch.randn(4, 3))
+    assert seen == [False, True]
 
 
 def test_unreadable_source_counts_as_defective_and_a_missing_pass_does_not(monkeypatch):
@@ -37,7 +58,7 @@ def test_this_torch_fixed_passes_are_left_on():
     fixed = [name for name, marker, fn in (("joint_graph", ".to(dtype)", "scatter_upon_const_tensor"),
                                             ("pad_mm", "optimization_hint", "_should_pad"))
              if not inductor_fixes._source_lacks(name, fn, marker)]
-    patch = inductor_fixes.defective_settings()
+    patch = inductor_fixes.defective_settings(True)
     assert ("optimize_scatter_upon_const_tensor" in patch) == ("joint_graph" not in fixed)
     assert ("shape_padding" in patch) == ("pad_mm" not in fixed)
     before = (config.optimize_scatter_upon_const_tensor, config.shape_padding)
