@@ -86,6 +86,29 @@ def two_inputs():
     return model, (torch.randn(2, 3, 16, 16), torch.randn(2, 6))
 
 
+class MultiModal(torch.nn.Module):
+    """A camera + LiDAR model called with one dict (a common perception interface) and a list."""
+
+    def __init__(self):
+        super().__init__()
+        self.img = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1),
+                                       torch.nn.Flatten())
+        self.pts = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+
+    def forward(self, batch, scales):
+        fused = self.img(batch["image"]) + self.pts(batch["points"]).amax(1) * scales[0]
+        return {"fused": fused, "img": self.img(batch["image"]) * scales[1]}
+
+
+def multimodal_inputs(n):
+    return ({"image": torch.randn(n, 3, 8, 8), "points": torch.randn(n, 10, 4)}, [torch.randn(4), torch.randn(4)])
+
+
+def multimodal():
+    torch.manual_seed(0)
+    return MultiModal().eval(), multimodal_inputs(2)
+
+
 def lidar():
     from examples import lidar_detector
     model = lidar_detector.build_model("small")

@@ -20,6 +20,7 @@ import dataclasses
 import datetime
 import json
 import pathlib
+import re
 import shutil
 import threading
 import time
@@ -61,7 +62,9 @@ def export(model: torch.nn.Module, example_inputs, *, dynamic_shapes=None, shape
            progress: Optional[Progress] = None) -> pathlib.Path:
     """Build engines for every listed input shape, compile the rest with AOTInductor, write one package.
 
-    ``example_inputs``: a tensor or a tuple of tensors (the model's positional arguments).
+    ``example_inputs``: a tensor or a tuple of the model's positional arguments: tensors, or tuples, lists and
+    dicts of tensors (nested: the package takes each tensor as an input named by its place, ``batch.image``, and
+    a loaded package is called with the same structure, or with the tensors alone).
     ``shapes``: the input shapes to build engines for, each a dict ``{input name: shape}`` (inputs not named
     keep the example's shape) or a tuple of tensors; default: the example's shapes. When they differ and
     ``dynamic_shapes`` is None, the dimensions that differ become dynamic.
@@ -76,10 +79,22 @@ def export(model: torch.nn.Module, example_inputs, *, dynamic_shapes=None, shape
     progress = progress or (lambda what, done, total: None)
     t_start = time.perf_counter()
     args = tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
-    if not all(isinstance(a, torch.Tensor) for a in args):
-        raise ExportError("hybrid_trt.export: example_inputs must be tensors (positional arguments of forward); "
-                          f"got {[type(a).__name__ for a in args]}")
+    leaves, in_spec = pytree.tree_flatten(args)
+    if not leaves or not all(isinstance(a, torch.Tensor) for a in leaves):
+        raise ExportError("hybrid_trt.export: example_inputs must be the positional arguments of forward: tensors, "
+                          "or tuples, lists and dicts of tensors; got "
+                          f"{[type(a).__name__ for a in (leaves or args)]}")
     names = _input_names(model, len(args))
+    nested = any(not isinstance(a, torch.Tensor) for a in args)
+    if nested:  # e.g. forward(batch) with batch = {"image": ..., "points": ...}: the package takes the tensors
+        names = _leaf_names(names, args)    # one input each, named by their place ("batch.image"), and a call
+        model = _FlatInputs(model, in_spec)  # is flattened by the same structure (DeployedModel)
+        args = tuple(leaves)
+        if dynamic_shapes is not None and (not isinstance(dynamic_shapes, (tuple, list))
+                                           or len(dynamic_shapes) != len(leaves)):
+            raise ExportError("hybrid_trt.export: with nested inputs, give dynamic_shapes per tensor, in the "
+                              f"order ({', '.join(names)}), or list shapes=[...] and let the dimensions that "
+                              "differ become dynamic")
     # The package's compiled code reads its inputs as contiguous tensors, whatever layout the examples had (a
     # loaded package makes a call's inputs contiguous: DeployedModel).
     cases = [tuple(t.contiguous() for t in case) for case in _cases(args, names, shapes)]
@@ -102,7 +117,9 @@ def export(model: torch.nn.Module, example_inputs, *, dynamic_shapes=None, shape
         progress("capturing with torch.export", 0, 1)
         from ..capture.exported import capture_export
         try:
-            capture = capture_export(model, export_args, dynamic_shapes=dynamic_shapes)
+            # (torch.export reads the dynamic shapes of a forward(*leaves) as those of one argument)
+            capture = capture_export(model, export_args, dynamic_shapes=(
+                (tuple(dynamic_shapes),) if nested and dynamic_shapes is not None else dynamic_shapes))
         except Exception as e:
             raise ExportError(f"torch.export could not capture the model: {type(e).__name__}: {e}") from e
         _check_bounded(capture, names)
@@ -141,7 +158,7 @@ def export(model: torch.nn.Module, example_inputs, *, dynamic_shapes=None, shape
         del compiled
         partitions = _partition_table(report, runtimes, store_root, staging)
         manifest = _manifest(capture, cases, names, opts, report, partitions, references, runtimes, rtol, atol,
-                             time.perf_counter() - t_start)
+                             time.perf_counter() - t_start, in_spec if nested else None)
         manifest["custom_ops"] = custom_ops.used(program.graph_module.graph)
         manifest["plugins"] = list(plugin_registry.callers_of(program.graph_module.graph))
         _prune_store(store_root, partitions)
@@ -393,7 +410,8 @@ def _slim_entries(store_root: pathlib.Path) -> None:
 
 
 def _manifest(capture, cases, names, opts, report, partitions, references, runtimes, rtol, atol,
-              seconds) -> dict:
+              seconds, in_spec) -> dict:
+    """``in_spec``: the structure of nested positional inputs (None: a tensor per argument)."""
     from .. import __version__
     from ..engines.key import environment
     device = _device_of(cases[0])
@@ -413,7 +431,8 @@ def _manifest(capture, cases, names, opts, report, partitions, references, runti
                     "dims": describe_dims(capture.inputs[i].shape, capture.program.range_constraints)}
                    for n, t, i in zip(names, cases[0], capture.user_inputs)],
         "shapes": [[list(t.shape) for t in case] for case in cases],
-        "io": {"out_spec": pytree.treespec_dumps(capture.program.call_spec.out_spec)},
+        "io": {"out_spec": pytree.treespec_dumps(capture.program.call_spec.out_spec),
+               **({"in_spec": pytree.treespec_dumps(in_spec)} if in_spec is not None else {})},
         "partitions": partitions,
         "reference": references,
         "tolerance": {"rtol": rtol, "atol": atol},
@@ -423,6 +442,28 @@ def _manifest(capture, cases, names, opts, report, partitions, references, runti
 
 
 # ---------------------------------------------------------------------------------------------- inputs
+
+
+class _FlatInputs(torch.nn.Module):
+    """The model called with its nested inputs rebuilt from the flat tensors the package takes."""
+
+    def __init__(self, model: torch.nn.Module, in_spec):
+        super().__init__()
+        self.model, self.in_spec = model, in_spec
+
+    def forward(self, *leaves):
+        return self.model(*pytree.tree_unflatten(list(leaves), self.in_spec))
+
+
+def _leaf_names(arg_names: list[str], args: tuple) -> list[str]:
+    """A name per tensor of nested positional inputs: the argument's name and the keys and indices leading to it
+    (``batch.image``, ``frames.0``)."""
+    names = []
+    for name, arg in zip(arg_names, args):
+        for path, _leaf in pytree.tree_flatten_with_path(arg)[0]:
+            keys = [str(getattr(k, "key", getattr(k, "idx", getattr(k, "name", k)))) for k in path]
+            names.append(".".join([name, *keys]))
+    return names
 
 
 def _input_names(model: torch.nn.Module, n: int) -> list[str]:
@@ -492,7 +533,7 @@ def _derived_dynamic_shapes(cases: list[tuple], names: list[str]) -> tuple:
             values = tuple(int(c[i].shape[d]) for c in cases)
             if len(set(values)) > 1:
                 if values not in dims:
-                    dims[values] = Dim(f"{name}_{d}", min=min(values), max=max(values))
+                    dims[values] = Dim(re.sub(r"\W", "_", f"{name}_{d}"), min=min(values), max=max(values))  # "batch.image"
                 per_input[d] = dims[values]
         spec.append(per_input or None)
     return tuple(spec)
@@ -552,7 +593,7 @@ def _device_of(case) -> torch.device:
 
 
 class DeployedModel:
-    """A loaded package: call it like the model (positional tensor inputs). Holds its partitions' runtimes
+    """A loaded package: call it like the model (its positional inputs, nested as exported, or the tensors alone). Holds its partitions' runtimes
     (the key registry's references are weak) and the AOTInductor model."""
 
     def __init__(self, package: pkg.Package, aoti, runtimes: list, device: torch.device):
@@ -562,6 +603,8 @@ class DeployedModel:
         self._aoti = aoti
         self._runtimes = runtimes
         self._out_spec = pytree.treespec_loads(self.manifest["io"]["out_spec"])
+        in_spec = self.manifest["io"].get("in_spec")  # nested inputs: a call is flattened by their structure
+        self._in_spec = pytree.treespec_loads(in_spec) if in_spec is not None else None
         self._n_inputs = len(self.manifest["inputs"])
         self._static = all(not i["dynamic_dims"] for i in self.manifest["inputs"])
         self._listed = {tuple(tuple(s) for s in case) for case in self.manifest["shapes"]}
@@ -581,6 +624,9 @@ class DeployedModel:
         self._call_lock = threading.Lock()
 
     def __call__(self, *inputs, **named):
+        if self._in_spec is not None and not named and not (
+                len(inputs) == self._n_inputs and all(isinstance(t, torch.Tensor) for t in inputs)):
+            inputs = self._flattened(inputs)  # called as the model is (else with the tensors, by place or name)
         if named:  # by the names the manifest, and every message, gives the inputs
             inputs = self._by_name(inputs, named)
         if len(inputs) != self._n_inputs:
@@ -616,6 +662,16 @@ class DeployedModel:
                 raise deploy from None
             raise
         return pytree.tree_unflatten(list(flat), self._out_spec)
+
+    def _flattened(self, inputs: tuple) -> tuple:
+        leaves, spec = pytree.tree_flatten(inputs)
+        if spec != self._in_spec:
+            names = [i["name"] for i in self.manifest["inputs"]]
+            raise TypeError(f"hybrid_trt package {self.package.source}: the inputs must have the structure they "
+                            f"were exported with, {pytree.tree_unflatten(names, self._in_spec)!r} (each name a "
+                            f"tensor), got {pytree.tree_unflatten(['*'] * spec.num_leaves, spec)!r}; or pass the "
+                            "tensors alone, by place or by name")
+        return tuple(leaves)
 
     def _by_name(self, positional: tuple, named: dict) -> tuple:
         names = [i["name"] for i in self.manifest["inputs"]]

@@ -8,7 +8,7 @@
     hybrid-trt bench PATH [--model MODULE:FACTORY] [--iters N]
 
 FACTORY is a function of MODULE (an importable module, or a path to a .py file) that returns the model and its
-example inputs (a tensor or a tuple of tensors). Exit codes: 0 success; 1 export or bench failed; 2 bad
+example inputs (a tensor, or a tuple of tensors and tuples, lists or dicts of tensors). Exit codes: 0 success; 1 export or bench failed; 2 bad
 arguments; verify: the first failing check's code (``package.EXIT_CODES``: 3 manifest, 4 missing file,
 5 checksum, 6 version/architecture, 7 reference outputs).
 """
@@ -169,14 +169,19 @@ def _model_and_dims(factory: str, shapes: Optional[list[dict]], arguments: list[
     """The factory's model and example inputs, and torch.export's dynamic_shapes for the --dynamic arguments
     (None without any); bad --shape/--dynamic values are usage errors (exit 2), found before anything is built."""
     import torch
-    from .api import _input_names
+    import torch.utils._pytree as pytree
+    from .api import _input_names, _leaf_names
     model, example = load_factory(factory)
     example = tuple(example) if isinstance(example, (tuple, list)) else (example,)
-    if not all(isinstance(t, torch.Tensor) for t in example):
-        raise UsageError(f"{factory} returned example inputs {[type(t).__name__ for t in example]}; "
-                         "example_inputs must be a tensor or a tuple of tensors")
+    leaves = pytree.tree_leaves(example)
+    if not leaves or not all(isinstance(t, torch.Tensor) for t in leaves):
+        raise UsageError(f"{factory} returned example inputs {[type(t).__name__ for t in leaves or example]}; "
+                         "example_inputs must be a tensor, or a tuple of tensors and tuples, lists or dicts of "
+                         "tensors")
     names = _input_names(model, len(example))
-    listed = listed_shapes(shapes, names, example)
+    if any(not isinstance(t, torch.Tensor) for t in example):  # nested: an input per tensor ("batch.image")
+        names = _leaf_names(names, example)
+    listed = listed_shapes(shapes, names, leaves)
     return model, example, (_dynamic_spec(arguments, names, listed) if arguments else None)
 
 
@@ -287,7 +292,7 @@ def _dynamic_spec(dynamic: list[DynamicDim], names: list[str], listed: list[list
                              "differently; give it once")
     groups: dict = {}  # the dimensions of one Dim: a SYMBOL's, or one untied dimension
     for (name, d), arg in by_dim.items():
-        groups.setdefault(arg.symbol or f"{name}_{d}", []).append(arg)
+        groups.setdefault(arg.symbol or re.sub(r"\W", "_", f"{name}_{d}"), []).append(arg)  # "batch.image"
     spec: list = [{} for _ in names]
     for symbol, args in groups.items():
         lo, hi = _group_range(symbol, args, names, listed)
