@@ -617,3 +617,7 @@ def test_nested_inputs_through_the_command(tmp_path):
         ("batch.image", [0]), ("batch.points", [0]), ("scales.0", []), ("scales.1", [])]
     verified = _run(["-m", "hybrid_trt.export.cli", "verify", str(path)])
     assert verified.returncode == 0 and "all checks passed" in verified.stdout, verified.stdout + verified.stderr
+    bench = _run(["-m", "hybrid_trt.export.cli", "bench", str(path), "--model", "export_models:multimodal",
+                  "--iters", "3", "--json"])
+    assert bench.returncode == 0, bench.stderr
+    assert all(row["speedup"] > 0 for row in json.loads(bench.stdout))  # eager ran on the nested inputs

@@ -663,6 +663,11 @@ class DeployedModel:
             raise
         return pytree.tree_unflatten(list(flat), self._out_spec)
 
+    def as_model_inputs(self, tensors) -> tuple:
+        """The package's input tensors (in manifest order) as the model's positional arguments: nested as they
+        were exported, or as they are."""
+        return tuple(tensors) if self._in_spec is None else pytree.tree_unflatten(list(tensors), self._in_spec)
+
     def _flattened(self, inputs: tuple) -> tuple:
         leaves, spec = pytree.tree_flatten(inputs)
         if spec != self._in_spec:

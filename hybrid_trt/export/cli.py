@@ -580,7 +580,7 @@ def _bench(args) -> int:
         row = {"input_shapes": ref["input_shapes"], "package": _time(model, inputs, args)}
         if eager is not None:
             try:
-                row["eager"] = _time(eager, inputs, args)
+                row["eager"] = _time(eager, model.as_model_inputs(inputs), args)
             except Exception as e:  # a factory for another model: say so, not a traceback
                 raise UsageError(f"--model {args.model}: its model does not take the package's reference inputs "
                                  f"{ref['input_shapes']} ({type(e).__name__}: {e}); is it the exported model?") from e
@@ -606,7 +606,9 @@ def _bench(args) -> int:
 
 def _time(fn, inputs, args) -> dict:
     import torch
-    sync = torch.cuda.synchronize if inputs and inputs[0].is_cuda else (lambda: None)
+    import torch.utils._pytree as pytree
+    leaves = pytree.tree_leaves(inputs)  # (an eager model's arguments may be nested)
+    sync = torch.cuda.synchronize if leaves and leaves[0].is_cuda else (lambda: None)
     times = []
     with torch.no_grad():
         for _ in range(args.warmup):
