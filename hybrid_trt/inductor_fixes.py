@@ -36,15 +36,15 @@ def _source_lacks(module: str, function: str, fixed_marker: str) -> bool:
 
 
 _FIXES = (
-    # torch 2.11 (and releases without the fix): full(...).scatter(dim, index, value) becomes where(mask, value, fill) with Python scalars,
-    # which torch.where promotes to float32: a float16 one-hot came back float32 (seen on the H200 and H100).
-    # Fixed upstream by a cast to the full's dtype (pytorch#186481).
+    # torch 2.11 (and releases without the fix): full(...).scatter(dim, index, value) becomes
+    # where(mask, value, fill) with Python scalars, which torch.where promotes to float32: a float16 one-hot came
+    # back float32 (seen on the H200 and H100). Fixed upstream by a cast to the full's dtype (pytorch#186481).
     _Fix("optimize_scatter_upon_const_tensor", "full+scatter rewrite loses a float16/bfloat16 dtype",
          lambda: _source_lacks("joint_graph", "scatter_upon_const_tensor", ".to(dtype)")),
-    # torch 2.11 (and releases without the fix): the matmul-padding heuristic on a GPU evaluates its compute-bound test on symbolic sizes,
-    # which adds a guard on the size (e.g. (32*n)/(32 + 12*n) > 0.0556, its threshold from the GPU's
-    # throughput): a dimension marked dynamic with bounds then fails with ConstraintViolationError. Later
-    # releases read the sizes' hints instead.
+    # torch 2.11 (and releases without the fix): the matmul-padding heuristic on a GPU evaluates its
+    # compute-bound test on symbolic sizes, which adds a guard on the size (e.g. (32*n)/(32 + 12*n) > 0.0556, its
+    # threshold from the GPU's throughput): a dimension marked dynamic with bounds then fails with
+    # ConstraintViolationError. Later releases read the sizes' hints instead.
     _Fix("shape_padding", "matmul padding guards on dynamic sizes",
          lambda: _source_lacks("pad_mm", "_should_pad", "optimization_hint"), dynamic_only=True),
 )
