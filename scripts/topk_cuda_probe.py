@@ -31,4 +31,5 @@ for np_dtype, onnx_dtype in ((np.float16, TensorProto.FLOAT16), (np.float32, Ten
                    or (i[r] >= 5).any() or (i[r] < 0).any()]
             print(f"{np_dtype.__name__} k={k} largest={largest}: {'OK' if not bad else 'BAD rows ' + str(bad)}")
             for r in bad:
-                print(f"   row {ROWS[r]}: indices {i[r].tolist()} values {v[r].tolist()}; stable argsort {want[r].tolist()}")
+                print(f"   row {ROWS[r]}: indices {i[r].tolist()} values {v[r].tolist()}; "
+                      f"stable argsort {want[r].tolist()}")

@@ -533,7 +533,8 @@ def _derived_dynamic_shapes(cases: list[tuple], names: list[str]) -> tuple:
             values = tuple(int(c[i].shape[d]) for c in cases)
             if len(set(values)) > 1:
                 if values not in dims:
-                    dims[values] = Dim(re.sub(r"\W", "_", f"{name}_{d}"), min=min(values), max=max(values))  # "batch.image"
+                    symbol = re.sub(r"\W", "_", f"{name}_{d}")  # a Dim name is an identifier ("batch.image")
+                    dims[values] = Dim(symbol, min=min(values), max=max(values))
                 per_input[d] = dims[values]
         spec.append(per_input or None)
     return tuple(spec)
@@ -593,8 +594,8 @@ def _device_of(case) -> torch.device:
 
 
 class DeployedModel:
-    """A loaded package: call it like the model (its positional inputs, nested as exported, or the tensors alone). Holds its partitions' runtimes
-    (the key registry's references are weak) and the AOTInductor model."""
+    """A loaded package: call it like the model (its positional inputs, nested as exported, or the tensors
+    alone). Holds its partitions' runtimes (the key registry's references are weak) and the AOTInductor model."""
 
     def __init__(self, package: pkg.Package, aoti, runtimes: list, device: torch.device):
         self.package = package

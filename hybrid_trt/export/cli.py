@@ -8,8 +8,8 @@
     hybrid-trt bench PATH [--model MODULE:FACTORY] [--iters N]
 
 FACTORY is a function of MODULE (an importable module, or a path to a .py file) that returns the model and its
-example inputs (a tensor, or a tuple of tensors and tuples, lists or dicts of tensors). Exit codes: 0 success; 1 export or bench failed; 2 bad
-arguments; verify: the first failing check's code (``package.EXIT_CODES``: 3 manifest, 4 missing file,
+example inputs (a tensor, or a tuple of tensors and tuples, lists or dicts of tensors). Exit codes: 0 success;
+1 export or bench failed; 2 bad arguments; verify: the first failing check's code (``package.EXIT_CODES``: 3 manifest, 4 missing file,
 5 checksum, 6 version/architecture, 7 reference outputs).
 """
 from __future__ import annotations
