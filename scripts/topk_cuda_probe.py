@@ -2,7 +2,6 @@
 smallest and largest first: prints the indices it returns next to a stable argsort's (a GPU stage; the float16
 sort sample gave a value from outside its row on the H100)."""
 import numpy as np
-import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper
 
