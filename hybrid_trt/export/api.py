@@ -78,18 +78,14 @@ def export(model: torch.nn.Module, example_inputs, *, dynamic_shapes=None, shape
 
     progress = progress or (lambda what, done, total: None)
     t_start = time.perf_counter()
-    args = tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
-    leaves, in_spec = pytree.tree_flatten(args)
-    if not leaves or not all(isinstance(a, torch.Tensor) for a in leaves):
-        raise ExportError("hybrid_trt.export: example_inputs must be the positional arguments of forward: tensors, "
-                          "or tuples, lists and dicts of tensors; got "
-                          f"{[type(a).__name__ for a in (leaves or args)]}")
-    names = _input_names(model, len(args))
-    nested = any(not isinstance(a, torch.Tensor) for a in args)
-    if nested:  # e.g. forward(batch) with batch = {"image": ..., "points": ...}: the package takes the tensors
-        names = _leaf_names(names, args)    # one input each, named by their place ("batch.image"), and a call
-        model = _FlatInputs(model, in_spec)  # is flattened by the same structure (DeployedModel)
-        args = tuple(leaves)
+    try:
+        args, leaves, names, in_spec = example_tensors(model, example_inputs)
+    except ValueError as e:
+        raise ExportError(f"hybrid_trt.export: {e}") from None
+    nested = in_spec is not None
+    if nested:  # e.g. forward(batch) with batch = {"image": ..., "points": ...}: the package takes its tensors,
+        model = _FlatInputs(model, in_spec)  # and a call is flattened by the same structure (DeployedModel)
+        args = leaves
         if dynamic_shapes is not None and (not isinstance(dynamic_shapes, (tuple, list))
                                            or len(dynamic_shapes) != len(leaves)):
             raise ExportError("hybrid_trt.export: with nested inputs, give dynamic_shapes per tensor, in the "
@@ -158,7 +154,7 @@ def export(model: torch.nn.Module, example_inputs, *, dynamic_shapes=None, shape
         del compiled
         partitions = _partition_table(report, runtimes, store_root, staging)
         manifest = _manifest(capture, cases, names, opts, report, partitions, references, runtimes, rtol, atol,
-                             time.perf_counter() - t_start, in_spec if nested else None)
+                             time.perf_counter() - t_start, in_spec)
         manifest["custom_ops"] = custom_ops.used(program.graph_module.graph)
         manifest["plugins"] = list(plugin_registry.callers_of(program.graph_module.graph))
         _prune_store(store_root, partitions)
@@ -453,6 +449,21 @@ class _FlatInputs(torch.nn.Module):
 
     def forward(self, *leaves):
         return self.model(*pytree.tree_unflatten(list(leaves), self.in_spec))
+
+
+def example_tensors(model: torch.nn.Module, example_inputs) -> tuple:
+    """(positional arguments, their tensors, an input name per tensor, the structure to rebuild the arguments
+    from the tensors or None when each argument is a tensor). Nested tensors are named by their place
+    (``batch.image``). ValueError when something other than a tensor is in the example."""
+    args = tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
+    leaves, spec = pytree.tree_flatten(args)
+    if not leaves or not all(isinstance(a, torch.Tensor) for a in leaves):
+        raise ValueError("example_inputs must be the positional arguments of forward: tensors, or tuples, lists "
+                         f"and dicts of tensors; got {[type(a).__name__ for a in (leaves or args)]}")
+    names = _input_names(model, len(args))
+    if all(isinstance(a, torch.Tensor) for a in args):
+        return args, tuple(leaves), names, None
+    return args, tuple(leaves), _leaf_names(names, args), spec
 
 
 def _leaf_names(arg_names: list[str], args: tuple) -> list[str]:

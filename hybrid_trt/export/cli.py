@@ -9,8 +9,8 @@
 
 FACTORY is a function of MODULE (an importable module, or a path to a .py file) that returns the model and its
 example inputs (a tensor, or a tuple of tensors and tuples, lists or dicts of tensors). Exit codes: 0 success;
-1 export or bench failed; 2 bad arguments; verify: the first failing check's code (``package.EXIT_CODES``: 3 manifest, 4 missing file,
-5 checksum, 6 version/architecture, 7 reference outputs).
+1 export or bench failed; 2 bad arguments; verify: the first failing check's code (``package.EXIT_CODES``: 3
+manifest, 4 missing file, 5 checksum, 6 version/architecture, 7 reference outputs).
 """
 from __future__ import annotations
 
@@ -168,19 +168,12 @@ def _check_out(out: str) -> None:
 def _model_and_dims(factory: str, shapes: Optional[list[dict]], arguments: list["DynamicDim"]):
     """The factory's model and example inputs, and torch.export's dynamic_shapes for the --dynamic arguments
     (None without any); bad --shape/--dynamic values are usage errors (exit 2), found before anything is built."""
-    import torch
-    import torch.utils._pytree as pytree
-    from .api import _input_names, _leaf_names
+    from .api import example_tensors
     model, example = load_factory(factory)
-    example = tuple(example) if isinstance(example, (tuple, list)) else (example,)
-    leaves = pytree.tree_leaves(example)
-    if not leaves or not all(isinstance(t, torch.Tensor) for t in leaves):
-        raise UsageError(f"{factory} returned example inputs {[type(t).__name__ for t in leaves or example]}; "
-                         "example_inputs must be a tensor, or a tuple of tensors and tuples, lists or dicts of "
-                         "tensors")
-    names = _input_names(model, len(example))
-    if any(not isinstance(t, torch.Tensor) for t in example):  # nested: an input per tensor ("batch.image")
-        names = _leaf_names(names, example)
+    try:
+        example, leaves, names, _ = example_tensors(model, example)  # nested: an input per tensor ("batch.image")
+    except ValueError as e:
+        raise UsageError(f"{factory} returned {e}") from None
     listed = listed_shapes(shapes, names, leaves)
     return model, example, (_dynamic_spec(arguments, names, listed) if arguments else None)
 
