@@ -1,12 +1,13 @@
 # Sourced by the gpu_session*.sh stages: conformance lanes side by side on the H200, one per (dtype, model group).
 # conf_lanes LOGDIR BUDGET_MIN NOTE GROUP...   (each GROUP: comma-separated models, run in float16 and in float32)
+# (each lane is killed after CONF_LANE_TIMEOUT_S seconds, 570 unless set)
 conf_lanes() {
   local L=$1 budget=$2 note=$3 i=0 dt g
   shift 3
   for dt in float16 float32; do
     for g in "$@"; do
       i=$((i+1))
-      (CONFORMANCE_LOG_DIR=$L/logs/$i timeout 570 python3 benchmarks/conformance.py --device cuda --dtype $dt \
+      (CONFORMANCE_LOG_DIR=$L/logs/$i timeout ${CONF_LANE_TIMEOUT_S:-570} python3 benchmarks/conformance.py --device cuda --dtype $dt \
          --models "$g" --timeout 200 --latency-s 1 --budget-min "$budget" --note "$note" \
          --out $L/conf_${dt}_$i.md > $L/conf_${dt}_$i.log 2>&1) &
     done
