@@ -392,6 +392,19 @@ def test_dims_torch_export_finds_equal_get_the_command_line_that_ties_them(capsy
                      r"--dynamic (image|features):0=batch", hint), hint
 
 
+def test_tie_hint_names_nested_inputs_as_given(tmp_path, capsys):
+    """Nested inputs' Dims are named after sanitized leaf names ("batch_image_0"); the hint read them back as
+    "batch_image:0", an input that does not exist. It names the arguments as given now."""
+    argv = ["--dynamic", "batch.image:0=1:4", "--dynamic", "batch.points:0=1:4"]
+    assert cli.main(["export", "export_models:multimodal", "--out", str(tmp_path / "p"), "--quiet", *argv]) \
+        == cli.EXIT_FAILED
+    err = capsys.readouterr().err
+    assert re.search(r"tie them with one SYMBOL, e.g. --dynamic batch\.(image|points):0=batch:1:4 "
+                     r"--dynamic batch\.(points|image):0=batch", err), err
+    arguments = cli.parse_dynamic(argv[1::2])
+    assert cli._tie_hint("The values of other_0 = s1 and other_1 = s2 must always be equal", arguments) == ""
+
+
 def test_factory_errors_say_what_is_wrong(tmp_path, monkeypatch):
     """A non-callable attribute was reported as missing, and a factory that raised gave a raw traceback."""
     (tmp_path / "user_factories.py").write_text(

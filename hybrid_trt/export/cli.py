@@ -178,17 +178,27 @@ def _model_and_dims(factory: str, shapes: Optional[list[dict]], arguments: list[
     return model, example, (_dynamic_spec(arguments, names, listed) if arguments else None)
 
 
-_NOT_TIED = re.compile(r"The values of (\w+)_(\d+) = .*? and (\w+)_(\d+) = .*? must always be equal")
+_NOT_TIED = re.compile(r"The values of (\w+) = .*? and (\w+) = .*? must always be equal")
+
+
+def _untied_dim_name(name: str, dim: int) -> str:
+    """The torch.export Dim name of an untied --dynamic dimension ("batch.image", 0 -> "batch_image_0")."""
+    return re.sub(r"\W", "_", f"{name}_{dim}")
 
 
 def _tie_hint(message: str, arguments: list["DynamicDim"]) -> str:
     """What to pass when torch.export finds two --dynamic dimensions always equal (a batch shared by two inputs):
-    each untied argument is a Dim of its own, which torch.export refuses."""
+    each untied argument is a Dim of its own, which torch.export refuses. The Dim names in the message are mapped
+    back to the arguments that made them, nested input names ("batch.image") included."""
     found = _NOT_TIED.search(message)
     if not found:
         return ""
-    a, b = f"{found[1]}:{found[2]}", f"{found[3]}:{found[4]}"
-    given = next((d.bounds for d in arguments if f"{d.name}:{d.dim}" in (a, b) and d.bounds), None)
+    by_dim_name = {_untied_dim_name(d.name, d.dim): d for d in arguments if not d.symbol}
+    pair = [by_dim_name.get(found[1]), by_dim_name.get(found[2])]
+    if None in pair:
+        return ""
+    a, b = (f"{d.name}:{d.dim}" for d in pair)
+    given = next((d.bounds for d in pair if d.bounds), None)
     rng = f":{given[0]}:{given[1]}" if given else ""
     return (f"\nThe model makes {a} and {b} equal: tie them with one SYMBOL, e.g. --dynamic {a}=batch{rng} "
             f"--dynamic {b}=batch (see hybrid-trt export --help)")
@@ -285,7 +295,7 @@ def _dynamic_spec(dynamic: list[DynamicDim], names: list[str], listed: list[list
                              "differently; give it once")
     groups: dict = {}  # the dimensions of one Dim: a SYMBOL's, or one untied dimension
     for (name, d), arg in by_dim.items():
-        groups.setdefault(arg.symbol or re.sub(r"\W", "_", f"{name}_{d}"), []).append(arg)  # "batch.image"
+        groups.setdefault(arg.symbol or _untied_dim_name(name, d), []).append(arg)
     spec: list = [{} for _ in names]
     for symbol, args in groups.items():
         lo, hi = _group_range(symbol, args, names, listed)
