@@ -23,7 +23,8 @@ case ${1:?stage} in
     tar xzf $L.tgz -O s24/gpu.txt s24/topk.txt
     tar xzf $L.tgz -O s24/tests.log | grep -E "^(FAILED|ERROR|XPASS)|passed|failed|rc=" | tail -30
     ;;
-  mini)  # the failures of lanes again after a fix: the tests named in $2.. (a -k expression)
+  mini)  # the failures of lanes again after a fix, with the CUDA TopK probe: mini TEST_S -K_EXPRESSION
+    timeout 60 python3 scripts/topk_cuda_probe.py 2>&1 | tail -40
     timeout ${2:-200} python3 -m pytest -q -p no:cacheprovider -n 8 --dist load -rfE tests/test_lowerings.py \
       tests/test_attention.py tests/test_cuda_graphs.py -k "${3:?-k expression}" > $L/mini.log 2>&1
     echo "mini rc=$?"; grep -E "^(FAILED|ERROR|XPASS)|passed|failed" $L/mini.log | tail -25

@@ -6,21 +6,23 @@ import onnxruntime as ort
 from onnx import TensorProto, helper
 
 ROWS = [[2.0, np.inf, -1.0, 2.0, 0.5], [1.0, 1.0, 1.0, -3.0, 7.0], [np.inf, -np.inf, 0.0, np.inf, -np.inf],
-        [3.0, 2.0, 1.0, 0.0, -1.0]]
+        [3.0, 2.0, 1.0, 0.0, -1.0], [2.0, 3.3961e38, -1.0, 2.0, 0.5], [2.0, 3.4028e38, -1.0, -3.3961e38, 0.5]]
 
 
 def topk_model(dtype, k, largest):
-    x = helper.make_tensor_value_info("x", dtype, [len(ROWS), 5])
+    x = helper.make_tensor_value_info("x", dtype, [len(ROWS), 5])  # rows 5-6: the finite keys of +-inf and NaN
     v = helper.make_tensor_value_info("v", dtype, None)
     i = helper.make_tensor_value_info("i", TensorProto.INT64, None)
     kk = helper.make_tensor("k", TensorProto.INT64, [1], [k])
     node = helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=1, largest=largest, sorted=1)
     g = helper.make_graph([node], "g", [x], [v, i], initializer=[kk])
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8).SerializeToString()
 
 
-for np_dtype, onnx_dtype in ((np.float16, TensorProto.FLOAT16), (np.float32, TensorProto.FLOAT)):
-    data = np.array(ROWS, dtype=np_dtype)
+for np_dtype, onnx_dtype in ((np.float16, TensorProto.FLOAT16), (np.float32, TensorProto.FLOAT),
+                            (np.float64, TensorProto.DOUBLE)):
+    with np.errstate(over="ignore"):
+        data = np.array(ROWS, dtype=np_dtype)  # (the finite keys of the last two rows are inf in float16)
     for k in (5, 3):
         for largest in (0, 1):
             s = ort.InferenceSession(topk_model(onnx_dtype, k, largest), providers=["CUDAExecutionProvider"])

@@ -1,6 +1,7 @@
 """Gathers: index_select, embedding, gather, advanced indexing (index.Tensor, _unsafe_index.Tensor), topk, sort."""
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from ..registry import ANY, NUMERIC, lowering
@@ -114,6 +115,21 @@ def lower_sort(ctx, node):
     return _top_k(ctx, x, shape[dims(dim, len(shape))[0]] if shape else 1, dim, descending)
 
 
+# float32 numbers above bfloat16's largest (3.3895e38): the keys of +inf and NaN stay finite and keep ATen's
+# order, -inf < numbers < +inf < NaN.
+_INF_KEY, _NAN_KEY = 3.3961e38, float(np.finfo(np.float32).max)
+
+
+def _finite_float32_key(ctx, name: str) -> str:
+    """The TopK key of a float16/bfloat16 input: float32 (holds both exactly), +-inf and NaN as finite numbers
+    beyond every value. ONNX Runtime's CUDA TopK returned an index outside the row for the +inf key of a float16
+    sort (H100, onnxruntime-gpu 1.31.1: the value read back was 2.4e-07), in float16 and in float32 alike."""
+    key = ctx.cast(name, torch.float32)
+    key = ctx.op("Where", ctx.op("IsInf", key, detect_negative=0), ctx.const(_INF_KEY, torch.float32), key)
+    key = ctx.op("Where", ctx.op("IsInf", key, detect_positive=0), ctx.const(-_INF_KEY, torch.float32), key)
+    return ctx.op("Where", ctx.op("IsNaN", key), ctx.const(_NAN_KEY, torch.float32), key)
+
+
 def _top_k(ctx, x, k: int, dim: int, largest: bool):
     rank = len(ctx.shape(x))
     name = ctx.input(x) if rank else reshape(ctx, ctx.input(x), [1])  # TopK needs rank >= 1
@@ -124,13 +140,12 @@ def _top_k(ctx, x, k: int, dim: int, largest: bool):
     else:
         # ATen ranks NaN above every number; ONNX Runtime's CPU TopK does too, its CUDA TopK ranks it below (seen
         # on the H200). So the ranking key is the input with NaN as +inf, and the values are read back from the
-        # input at the chosen indices. (A NaN and a +inf then tie, and take index order.) The key is float32: a
-        # float16 sort (all of a row, smallest first) on the CUDA TopK read back 2.4e-07 where the NaN (+inf key)
-        # belonged, a value from no element of the row (H100, onnxruntime-gpu 1.31.1; the float32 TopK is the
-        # kernel the other samples pass on); float32 holds float16 and bfloat16 exactly, so the order is the same.
-        key = ctx.op("Where", ctx.op("IsNaN", name), ctx.const(float("inf"), ctx.dtype(x)), name)
+        # input at the chosen indices. (A NaN and a +inf then tie, and take index order.) Float16 and bfloat16
+        # get a finite float32 key instead (where NaN ranks above +inf, as in ATen).
         if ctx.dtype(x) in (torch.float16, torch.bfloat16):
-            key = ctx.cast(key, torch.float32)
+            key = _finite_float32_key(ctx, name)
+        else:
+            key = ctx.op("Where", ctx.op("IsNaN", name), ctx.const(float("inf"), ctx.dtype(x)), name)
         indices = ctx.op("TopK", key, ctx.ints([k]), axis=axis, largest=int(bool(largest)), sorted=1, outputs=2)[1]
         values = ctx.op("GatherElements", name, indices, axis=axis)
     if not rank:
