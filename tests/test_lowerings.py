@@ -697,7 +697,13 @@ def test_every_registered_lowering_has_samples():
 
 
 def _eager(target, args, kwargs):
-    """The op run eagerly; ``empty``'s contents are unspecified, and its lowering promises zeros."""
+    """The op run eagerly; ``empty``'s contents are unspecified, and its lowering promises zeros. An unstable
+    ``sort`` leaves the order of ties unspecified (CUDA's float16 sort put the second of two equal keys first, H100)
+    and the lowering keeps them in index order: its reference is the stable sort."""
+    if target is aten.sort.default:
+        names = ("dim", "descending")
+        kwargs = {**dict(zip(names, args[1:])), **kwargs}
+        return aten.sort.stable(args[0], stable=True, **kwargs)
     out = target(*args, **kwargs)
     return torch.zeros_like(out) if target is aten.empty.memory_format else out
 
@@ -1659,3 +1665,23 @@ def test_video_block_with_3d_pooling_delegates_whole():
     for op in ("aten.max_pool3d_with_indices.default", "aten.avg_pool3d.default",
                "aten._adaptive_avg_pool3d.default"):
         assert op in ops, (op, ops)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("descending", [False, True])
+def test_sort_ranks_infinities_and_nan_by_a_finite_key(dtype, descending):
+    """ONNX Runtime's CUDA TopK pads a row to a power of two with infinities when k is the whole row, and gave
+    indices past the row's end for the row's own infinities (H100, all float types); it also ranks NaN below every
+    number. The key is finite now (NaN above +inf, as ATen): a row of 8 holding both infinities and NaNs twice
+    (no padding on the CPU provider, so this checks the key's order) sorts as the stable sort does, exactly."""
+    from hybrid_trt import Options
+    from hybrid_trt.delegates import get_delegate
+
+    nan, inf = float("nan"), float("inf")
+    x = torch.tensor([[2, nan, inf, -inf, .5, inf, nan, -inf], [1, 1, 1, -3, 7, 0, -0.0, 3e38]], dtype=dtype)
+    case = Case(args=(T(x), 1, descending), kwargs={}, outputs=(0, 1), rtol=0, atol=0, id="inf_nan")
+    model, inputs, expected = _lowered_unless_declined(aten.sort.default, case, str(dtype))
+    delegate = get_delegate("onnxruntime")
+    values, indices = delegate.build(model, expected, torch.device("cpu"), delegate.options_from(Options()))(inputs)
+    torch.testing.assert_close(values, expected[0], rtol=0, atol=0, equal_nan=True)
+    assert torch.equal(indices, expected[1]), (indices, expected[1])

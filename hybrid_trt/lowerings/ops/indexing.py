@@ -115,19 +115,28 @@ def lower_sort(ctx, node):
     return _top_k(ctx, x, shape[dims(dim, len(shape))[0]] if shape else 1, dim, descending)
 
 
-# float32 numbers above bfloat16's largest (3.3895e38): the keys of +inf and NaN stay finite and keep ATen's
-# order, -inf < numbers < +inf < NaN.
-_INF_KEY, _NAN_KEY = 3.3961e38, float(np.finfo(np.float32).max)
+# The ranking key of a float TopK: a wider float type with +-inf and NaN as finite numbers beyond every value of
+# the input's type, in ATen's order (-inf < numbers < +inf < NaN). ONNX Runtime's CUDA TopK pads a row to a power
+# of two with infinities when k is the whole row, and an element equal to the padding lost to it: it returned
+# indices past the row's end (H100, onnxruntime-gpu 1.31.1, float16, float32 and float64 alike; its CUDA TopK also
+# ranks NaN below every number; scripts/topk_cuda_probe.py). float32 holds float16 and bfloat16 exactly, float64
+# holds float32; a float64 input keeps float64, where +inf and NaN take the two largest doubles (equal to a number
+# that large, which float64 models do not hold, they tie with it).
+_F32_MAX, _F64_MAX = float(np.finfo(np.float32).max), float(np.finfo(np.float64).max)
+_FINITE_KEYS = {  # input dtype -> (key dtype, +inf's key, NaN's key)
+    torch.float16: (torch.float32, 3.3961e38, _F32_MAX),  # above bfloat16's largest, 3.3895e38
+    torch.bfloat16: (torch.float32, 3.3961e38, _F32_MAX),
+    torch.float32: (torch.float64, 1e300, _F64_MAX),
+    torch.float64: (torch.float64, float(np.nextafter(_F64_MAX, 0)), _F64_MAX),
+}
 
 
-def _finite_float32_key(ctx, name: str) -> str:
-    """The TopK key of a float16/bfloat16 input: float32 (holds both exactly), +-inf and NaN as finite numbers
-    beyond every value. ONNX Runtime's CUDA TopK returned an index outside the row for the +inf key of a float16
-    sort (H100, onnxruntime-gpu 1.31.1: the value read back was 2.4e-07), in float16 and in float32 alike."""
-    key = ctx.cast(name, torch.float32)
-    key = ctx.op("Where", ctx.op("IsInf", key, detect_negative=0), ctx.const(_INF_KEY, torch.float32), key)
-    key = ctx.op("Where", ctx.op("IsInf", key, detect_positive=0), ctx.const(-_INF_KEY, torch.float32), key)
-    return ctx.op("Where", ctx.op("IsNaN", key), ctx.const(_NAN_KEY, torch.float32), key)
+def _finite_key(ctx, name: str, dtype: torch.dtype) -> str:
+    key_dtype, inf_key, nan_key = _FINITE_KEYS[dtype]
+    key = ctx.cast(name, key_dtype) if key_dtype != dtype else name
+    key = ctx.op("Where", ctx.op("IsInf", key, detect_negative=0), ctx.const(inf_key, key_dtype), key)
+    key = ctx.op("Where", ctx.op("IsInf", key, detect_positive=0), ctx.const(-inf_key, key_dtype), key)
+    return ctx.op("Where", ctx.op("IsNaN", key), ctx.const(nan_key, key_dtype), key)
 
 
 def _top_k(ctx, x, k: int, dim: int, largest: bool):
@@ -138,14 +147,8 @@ def _top_k(ctx, x, k: int, dim: int, largest: bool):
         values, indices = ctx.op("TopK", name, ctx.ints([k]), axis=axis, largest=int(bool(largest)), sorted=1,
                                  outputs=2)
     else:
-        # ATen ranks NaN above every number; ONNX Runtime's CPU TopK does too, its CUDA TopK ranks it below (seen
-        # on the H200). So the ranking key is the input with NaN as +inf, and the values are read back from the
-        # input at the chosen indices. (A NaN and a +inf then tie, and take index order.) Float16 and bfloat16
-        # get a finite float32 key instead (where NaN ranks above +inf, as in ATen).
-        if ctx.dtype(x) in (torch.float16, torch.bfloat16):
-            key = _finite_float32_key(ctx, name)
-        else:
-            key = ctx.op("Where", ctx.op("IsNaN", name), ctx.const(float("inf"), ctx.dtype(x)), name)
+        # Ranked by a finite key (_finite_key), the values read back from the input at the chosen indices.
+        key = _finite_key(ctx, name, ctx.dtype(x))
         indices = ctx.op("TopK", key, ctx.ints([k]), axis=axis, largest=int(bool(largest)), sorted=1, outputs=2)[1]
         values = ctx.op("GatherElements", name, indices, axis=axis)
     if not rank:
