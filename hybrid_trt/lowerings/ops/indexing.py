@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..context import TENSORRT
 from ..registry import ANY, NUMERIC, lowering
 from ._util import dims, reshape
 
@@ -121,7 +122,8 @@ def lower_sort(ctx, node):
 # indices past the row's end (H100, onnxruntime-gpu 1.31.1, float16, float32 and float64 alike; its CUDA TopK also
 # ranks NaN below every number; scripts/topk_cuda_probe.py). float32 holds float16 and bfloat16 exactly, float64
 # holds float32; a float64 input keeps float64, where +inf and NaN take the two largest doubles (equal to a number
-# that large, which float64 models do not hold, they tie with it).
+# that large, which float64 models do not hold, they tie with it). TensorRT has no float64: a float32 key stays
+# float32 there, NaN as +inf (they tie and keep index order); its TopK was never run here (no TensorRT).
 _F32_MAX, _F64_MAX = float(np.finfo(np.float32).max), float(np.finfo(np.float64).max)
 _FINITE_KEYS = {  # input dtype -> (key dtype, +inf's key, NaN's key)
     torch.float16: (torch.float32, 3.3961e38, _F32_MAX),  # above bfloat16's largest, 3.3895e38
@@ -132,6 +134,8 @@ _FINITE_KEYS = {  # input dtype -> (key dtype, +inf's key, NaN's key)
 
 
 def _finite_key(ctx, name: str, dtype: torch.dtype) -> str:
+    if ctx.target == TENSORRT and dtype == torch.float32:
+        return ctx.op("Where", ctx.op("IsNaN", name), ctx.const(float("inf"), dtype), name)
     key_dtype, inf_key, nan_key = _FINITE_KEYS[dtype]
     key = ctx.cast(name, key_dtype) if key_dtype != dtype else name
     key = ctx.op("Where", ctx.op("IsInf", key, detect_negative=0), ctx.const(inf_key, key_dtype), key)
