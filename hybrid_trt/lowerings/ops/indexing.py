@@ -138,9 +138,9 @@ def _finite_key(ctx, name: str, dtype: torch.dtype) -> str:
         return ctx.op("Where", ctx.op("IsNaN", name), ctx.const(float("inf"), dtype), name)
     key_dtype, inf_key, nan_key = _FINITE_KEYS[dtype]
     key = ctx.cast(name, key_dtype) if key_dtype != dtype else name
-    key = ctx.op("Where", ctx.op("IsInf", key, detect_negative=0), ctx.const(inf_key, key_dtype), key)
-    key = ctx.op("Where", ctx.op("IsInf", key, detect_positive=0), ctx.const(-inf_key, key_dtype), key)
-    return ctx.op("Where", ctx.op("IsNaN", key), ctx.const(nan_key, key_dtype), key)
+    nan = ctx.op("IsNaN", key)  # before the Clip, whose NaN output is the kernel's choice
+    key = ctx.op("Clip", key, ctx.const(-inf_key, key_dtype), ctx.const(inf_key, key_dtype))  # +-inf to +-inf_key
+    return ctx.op("Where", nan, ctx.const(nan_key, key_dtype), key)
 
 
 def _top_k(ctx, x, k: int, dim: int, largest: bool):
