@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Device-call stages, session 24 (onnxruntime-gpu in /tmp/site from .chunk1-4). Logs under $OUT/s24.
-# Usage: scripts/gpu_session24.sh chunk K | lanes [budget_min] | mini [test_s]
+# Usage: scripts/gpu_session24.sh chunk K | lanes [budget_min] | mini TEST_S K_EXPR | topk
 # (issue 10's recipe rows and LiDAR fp16: scripts/gpu_session21.sh cgr)
 source scripts/gpu_stage_env.sh
 gpu_stage_env s24 "${1:-}"
@@ -28,5 +28,11 @@ case ${1:?stage} in
     timeout ${2:-200} python3 -m pytest -q -p no:cacheprovider -n 8 --dist load -rfE tests/test_lowerings.py \
       tests/test_attention.py tests/test_cuda_graphs.py -k "${3:?-k expression}" > $L/mini.log 2>&1
     echo "mini rc=$?"; grep -E "^(FAILED|ERROR|XPASS)|passed|failed" $L/mini.log | tail -25
+    ;;
+  topk)  # the finite TopK key (Clip form) on the CUDA provider, and its cost against the float32 key
+    timeout 90 python3 -m pytest -q -p no:cacheprovider -n 8 --dist load -rfE tests/test_lowerings.py \
+      -k "finite_key or (cuda and (sort or topk))" > $L/topk_tests.log 2>&1
+    echo "tests rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed" $L/topk_tests.log | tail -10
+    timeout 90 python3 benchmarks/bench_topk_key.py --device cuda --rounds 200 --out $L/topk_key.md 2>&1 | tail -8
     ;;
 esac
