@@ -16,7 +16,6 @@ import onnx
 import torch
 
 from ..log import logger
-from ..lowerings.context import TENSORRT
 from ..engines.ranges import profile_of
 from .registry import Delegate, Engine, import_failure, register_delegate
 from .tf32 import tf32_switches, uses_tf32
@@ -130,9 +129,6 @@ class TensorRTDelegate(Delegate):
         if str(node.target) in _PLUGIN_ONLY:
             return _PLUGIN_ONLY[str(node.target)]
         return topk_unsupported_reason(node) if node.target in _TOPK else None
-
-    def lowering_target(self, device: torch.device, delegate_options: Mapping[str, Any]) -> str:
-        return TENSORRT
 
     def options_from(self, options) -> dict[str, Any]:
         return {"precision": options.precision, "workspace_bytes": options.tensorrt_workspace_bytes, **tf32_switches()}

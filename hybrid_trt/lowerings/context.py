@@ -33,8 +33,6 @@ GENERIC = "generic"
 # ONNX Runtime's CPU provider: MLAS kernels (whose min/max propagate NaN through their second operand, see
 # ops/pooling.py) and its NCHWc layout pass, which keeps only some operators in the blocked layout.
 ORT_CPU = "onnxruntime-cpu"
-# TensorRT's parser: no float64 tensors (ops/indexing.py ranks float32 TopK keys in float32 there).
-TENSORRT = "tensorrt"
 
 
 # ONNX Runtime's CPU kernels broadcast a single-element operand of lower rank element by element when the other

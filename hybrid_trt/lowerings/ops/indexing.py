@@ -4,7 +4,6 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..context import TENSORRT
 from ..registry import ANY, NUMERIC, lowering
 from ._util import dims, reshape
 
@@ -116,27 +115,32 @@ def lower_sort(ctx, node):
     return _top_k(ctx, x, shape[dims(dim, len(shape))[0]] if shape else 1, dim, descending)
 
 
-# The ranking key of a float TopK: a wider float type with +-inf and NaN as finite numbers beyond every value of
-# the input's type, in ATen's order (-inf < numbers < +inf < NaN). ONNX Runtime's CUDA TopK pads a row to a power
-# of two with infinities when k is the whole row, and an element equal to the padding lost to it: it returned
-# indices past the row's end (H100, onnxruntime-gpu 1.31.1, float16, float32 and float64 alike; its CUDA TopK also
-# ranks NaN below every number; scripts/topk_cuda_probe.py). float32 holds float16 and bfloat16 exactly, float64
-# holds float32; a float64 input keeps float64, where +inf and NaN take the two largest doubles (equal to a number
-# that large, which float64 models do not hold, they tie with it). TensorRT has no float64: a float32 key stays
-# float32 there, NaN as +inf (they tie and keep index order); its TopK was never run here (no TensorRT).
-_F32_MAX, _F64_MAX = float(np.finfo(np.float32).max), float(np.finfo(np.float64).max)
-_FINITE_KEYS = {  # input dtype -> (key dtype, +inf's key, NaN's key)
-    torch.float16: (torch.float32, 3.3961e38, _F32_MAX),  # above bfloat16's largest, 3.3895e38
-    torch.bfloat16: (torch.float32, 3.3961e38, _F32_MAX),
-    torch.float32: (torch.float64, 1e300, _F64_MAX),
-    torch.float64: (torch.float64, float(np.nextafter(_F64_MAX, 0)), _F64_MAX),
-}
+# The ranking key of a float TopK: +-inf and NaN as finite numbers just below the key type's largest, in ATen's
+# order (-inf < numbers < +inf < NaN). ONNX Runtime's CUDA TopK ranks NaN below every number, and when k is the
+# whole row it pads the row to a power of two with the type's largest number (lowest, largest first), which a
+# row's own infinities lost to: indices past the row's end (H100, onnxruntime-gpu 1.31.1, float16, float32 and
+# float64 alike; scripts/topk_cuda_probe.py). Keys below the padding keep every real element ahead of it.
+# float16/bfloat16 rank as float32 (exact, and far from its largest); float32 and float64 keep their type, so
+# their +inf and NaN tie with numbers within two steps of the largest, which no model holds. (A float64 key for
+# float32 kept the exact order but made the CUDA TopK 1.4-1.7x slower, benchmarks/results/topk_key.md, and
+# TensorRT has no float64.)
+def _below_max(dtype, steps: int) -> float:
+    x = np.finfo(dtype).max
+    for _ in range(steps):
+        x = np.nextafter(x, dtype(0))
+    return float(x)
+
+
+_KEY_TYPES = {torch.float16: torch.float32, torch.bfloat16: torch.float32, torch.float32: torch.float32,
+              torch.float64: torch.float64}
+_KEYS = {t: (_below_max(np.float32 if t == torch.float32 else np.float64, 2),  # +inf's key
+             _below_max(np.float32 if t == torch.float32 else np.float64, 1))  # NaN's key
+         for t in (torch.float32, torch.float64)}
 
 
 def _finite_key(ctx, name: str, dtype: torch.dtype) -> str:
-    if ctx.target == TENSORRT and dtype == torch.float32:
-        return ctx.op("Where", ctx.op("IsNaN", name), ctx.const(float("inf"), dtype), name)
-    key_dtype, inf_key, nan_key = _FINITE_KEYS[dtype]
+    key_dtype = _KEY_TYPES[dtype]
+    inf_key, nan_key = _KEYS[key_dtype]
     key = ctx.cast(name, key_dtype) if key_dtype != dtype else name
     nan = ctx.op("IsNaN", key)  # before the Clip, whose NaN output is the kernel's choice
     key = ctx.op("Clip", key, ctx.const(-inf_key, key_dtype), ctx.const(inf_key, key_dtype))  # +-inf to +-inf_key
