@@ -1,6 +1,6 @@
-"""ONNX Runtime's CUDA TopK on rows holding +inf / -inf / NaN, float16 and float32, k = the whole row and less,
-smallest and largest first: prints the indices it returns next to a stable argsort's (a GPU stage; the float16
-sort sample gave a value from outside its row on the H100)."""
+"""ONNX Runtime's CUDA TopK on rows holding +inf / -inf / NaN and numbers near float32's largest, float16, float32
+and float64, k = the whole row and less, smallest and largest first: prints the indices it returns next to a stable
+argsort's (a GPU stage; session 24 found the padding with the type's largest number it shows)."""
 import numpy as np
 import onnxruntime as ort
 from onnx import TensorProto, helper
@@ -10,7 +10,7 @@ ROWS = [[2.0, np.inf, -1.0, 2.0, 0.5], [1.0, 1.0, 1.0, -3.0, 7.0], [np.inf, -np.
 
 
 def topk_model(dtype, k, largest):
-    x = helper.make_tensor_value_info("x", dtype, [len(ROWS), 5])  # rows 5-6: the finite keys of +-inf and NaN
+    x = helper.make_tensor_value_info("x", dtype, [len(ROWS), 5])  # rows 5-6: numbers near float32's largest
     v = helper.make_tensor_value_info("v", dtype, None)
     i = helper.make_tensor_value_info("i", TensorProto.INT64, None)
     kk = helper.make_tensor("k", TensorProto.INT64, [1], [k])
@@ -22,7 +22,7 @@ def topk_model(dtype, k, largest):
 for np_dtype, onnx_dtype in ((np.float16, TensorProto.FLOAT16), (np.float32, TensorProto.FLOAT),
                             (np.float64, TensorProto.DOUBLE)):
     with np.errstate(over="ignore"):
-        data = np.array(ROWS, dtype=np_dtype)  # (the finite keys of the last two rows are inf in float16)
+        data = np.array(ROWS, dtype=np_dtype)  # (rows 5-6 are inf in float16)
     for k in (5, 3):
         for largest in (0, 1):
             s = ort.InferenceSession(topk_model(onnx_dtype, k, largest), providers=["CUDAExecutionProvider"])

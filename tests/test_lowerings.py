@@ -1677,9 +1677,9 @@ def _sort_devices():
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.float64])
 @pytest.mark.parametrize("descending", [False, True])
 def test_sort_ranks_infinities_and_nan_by_a_finite_key(device, dtype, descending):
-    """ONNX Runtime's CUDA TopK pads a row to a power of two with infinities when k is the whole row, and gave
-    indices past the row's end for the row's own infinities (H100, all float types); it also ranks NaN below every
-    number. The key is finite now (NaN above +inf, as ATen): rows of 7 holding both infinities and NaNs twice sort
+    """ONNX Runtime's CUDA TopK pads a row to a power of two with the type's largest number when k is the whole
+    row, and gave indices past the row's end for the row's own infinities (H100, all float types); it also ranks
+    NaN below every number. The key is finite now (NaN above +inf, as ATen): rows of 7 holding both infinities and NaNs twice sort
     as the stable sort does, exactly (float16 on CUDA only: the CPU provider declines it)."""
     from hybrid_trt import Options
     from hybrid_trt.delegates import get_delegate

@@ -133,9 +133,8 @@ def _below_max(dtype, steps: int) -> float:
 
 _KEY_TYPES = {torch.float16: torch.float32, torch.bfloat16: torch.float32, torch.float32: torch.float32,
               torch.float64: torch.float64}
-_KEYS = {t: (_below_max(np.float32 if t == torch.float32 else np.float64, 2),  # +inf's key
-             _below_max(np.float32 if t == torch.float32 else np.float64, 1))  # NaN's key
-         for t in (torch.float32, torch.float64)}
+_KEYS = {t: (_below_max(np_t, 2), _below_max(np_t, 1))  # key type -> (+inf's key, NaN's key)
+         for t, np_t in ((torch.float32, np.float32), (torch.float64, np.float64))}
 
 
 def _finite_key(ctx, name: str, dtype: torch.dtype) -> str:
