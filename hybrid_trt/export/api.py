@@ -477,6 +477,12 @@ def _leaf_names(arg_names: list[str], args: tuple) -> list[str]:
     return names
 
 
+def dim_name(name: str, dim: int) -> str:
+    """The torch.export Dim of one input dimension of its own, an identifier ("batch.image", 0 ->
+    "batch_image_0"); the command's tie hint maps torch.export's messages back through it."""
+    return re.sub(r"\W", "_", f"{name}_{dim}")
+
+
 def _input_names(model: torch.nn.Module, n: int) -> list[str]:
     import inspect
     try:
@@ -544,8 +550,7 @@ def _derived_dynamic_shapes(cases: list[tuple], names: list[str]) -> tuple:
             values = tuple(int(c[i].shape[d]) for c in cases)
             if len(set(values)) > 1:
                 if values not in dims:
-                    symbol = re.sub(r"\W", "_", f"{name}_{d}")  # a Dim name is an identifier ("batch.image")
-                    dims[values] = Dim(symbol, min=min(values), max=max(values))
+                    dims[values] = Dim(dim_name(name, d), min=min(values), max=max(values))
                 per_input[d] = dims[values]
         spec.append(per_input or None)
     return tuple(spec)

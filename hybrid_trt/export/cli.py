@@ -181,19 +181,15 @@ def _model_and_dims(factory: str, shapes: Optional[list[dict]], arguments: list[
 _NOT_TIED = re.compile(r"The values of (\w+) = .*? and (\w+) = .*? must always be equal")
 
 
-def _untied_dim_name(name: str, dim: int) -> str:
-    """The torch.export Dim name of an untied --dynamic dimension ("batch.image", 0 -> "batch_image_0")."""
-    return re.sub(r"\W", "_", f"{name}_{dim}")
-
-
 def _tie_hint(message: str, arguments: list["DynamicDim"]) -> str:
     """What to pass when torch.export finds two --dynamic dimensions always equal (a batch shared by two inputs):
     each untied argument is a Dim of its own, which torch.export refuses. The Dim names in the message are mapped
     back to the arguments that made them, nested input names ("batch.image") included."""
+    from .api import dim_name
     found = _NOT_TIED.search(message)
     if not found:
         return ""
-    by_dim_name = {_untied_dim_name(d.name, d.dim): d for d in arguments if not d.symbol}
+    by_dim_name = {dim_name(d.name, d.dim): d for d in arguments if not d.symbol}
     pair = [by_dim_name.get(found[1]), by_dim_name.get(found[2])]
     if None in pair:
         return ""
@@ -286,6 +282,8 @@ def _dynamic_spec(dynamic: list[DynamicDim], names: list[str], listed: list[list
     listed shapes (torch.export's own errors for these are assertions and index errors): one Dim per SYMBOL
     (or per untied dimension), over its given range or else the listed sizes' range."""
     from torch.export import Dim
+
+    from .api import dim_name
     by_dim: dict = {}
     for arg in dynamic:
         _check_dynamic_dim(arg, names, listed)
@@ -295,7 +293,7 @@ def _dynamic_spec(dynamic: list[DynamicDim], names: list[str], listed: list[list
                              "differently; give it once")
     groups: dict = {}  # the dimensions of one Dim: a SYMBOL's, or one untied dimension
     for (name, d), arg in by_dim.items():
-        groups.setdefault(arg.symbol or _untied_dim_name(name, d), []).append(arg)
+        groups.setdefault(arg.symbol or dim_name(name, d), []).append(arg)
     spec: list = [{} for _ in names]
     for symbol, args in groups.items():
         lo, hi = _group_range(symbol, args, names, listed)
