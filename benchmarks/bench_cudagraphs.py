@@ -41,26 +41,33 @@ MODELS = ("resnet18", "detector", "resnet50", "mobilenet_v3_large", "efficientne
 CONFIGS = ("fp16:1", "fp32:1", "fp16:16", "fp32:16")
 VARIANTS = ("eager", "inductor", "inductor_ro", "hybrid", "hybrid_cg", "hybrid_mp", "hybrid_cg_mp", "hybrid_nhwc",
             "hybrid_cg_nhwc", "hybrid_mp_nhwc", "hybrid_cg_mp_nhwc", "ort", "ort_cg", "hybrid_cg_mp_recipe",
-            "inductor_ro_recipe", "inductor_ro_copy", "inductor_cg_flat")
+            "inductor_ro_recipe", "inductor_ro_copy", "inductor_cg_flat", "inductor_cg_flat_recipe", "cg_floor",
+            "hybrid_cg_whole", "hybrid_cg_mp_whole", "hybrid_cg_mp_whole_recipe")
 LABELS = {"eager": "eager", "inductor": "Inductor", "inductor_ro": "Inductor r-o", "hybrid": "hybrid",
           "hybrid_cg": "hybrid CG", "hybrid_mp": "hybrid MP", "hybrid_cg_mp": "hybrid CG MP",
           "hybrid_nhwc": "hybrid NHWC", "hybrid_cg_nhwc": "hybrid CG NHWC", "hybrid_mp_nhwc": "hybrid MP NHWC",
           "hybrid_cg_mp_nhwc": "hybrid CG MP NHWC", "ort": "ORT", "ort_cg": "ORT CG",
           "hybrid_cg_mp_recipe": "hybrid CG MP recipe", "inductor_ro_recipe": "Inductor r-o recipe",
-          "inductor_ro_copy": "Inductor r-o copy", "inductor_cg_flat": "Inductor CG, no trees"}
+          "inductor_ro_copy": "Inductor r-o copy", "inductor_cg_flat": "Inductor CG, no trees",
+          "inductor_cg_flat_recipe": "Inductor CG, no trees, recipe", "cg_floor": "CG floor",
+          "hybrid_cg_whole": "hybrid CG whole", "hybrid_cg_mp_whole": "hybrid CG MP whole",
+          "hybrid_cg_mp_whole_recipe": "hybrid CG MP whole recipe"}
 # MP: placement="measured" (hybrid_trt/placement.py): partitions stay delegated only where measured faster.
 # "hybrid CG" pins placement="delegate" (every supported partition delegated, the rows before the default
 # changed); "hybrid CG MP" is what mode="reduce-overhead" does by default on a GPU since then (placement "auto").
 # "NHWC": ONNX Runtime's CUDA provider runs convolutions channels-last (onnxruntime_cuda_layout="nhwc"); the
 # variants without it pin "nchw", the provider's own default.
 _OPTIONS = {"hybrid": {"placement": "delegate"}, "hybrid_cg": {"cuda_graphs": True, "placement": "delegate"},
-            "hybrid_mp": {"placement": "measured"}, "hybrid_cg_mp": {"placement": "measured", "cuda_graphs": True}}
+            "hybrid_mp": {"placement": "measured"}, "hybrid_cg_mp": {"placement": "measured", "cuda_graphs": True},
+            "hybrid_cg_whole": {"cuda_graphs": True, "cuda_graph_runner": "whole", "placement": "delegate"},
+            "hybrid_cg_mp_whole": {"placement": "measured", "cuda_graphs": True, "cuda_graph_runner": "whole"}}
 _OPTIONS = {**{k: {**v, "onnxruntime_cuda_layout": "nchw"} for k, v in _OPTIONS.items()},
             **{f"{k}_nhwc": {**v, "onnxruntime_cuda_layout": "nhwc"} for k, v in _OPTIONS.items()}}
 # "recipe": README "Per-call cost"'s guard recipe on top of a base variant (bench_cpu_whole.py's
 # "recipe_free_tensors"): these Dynamo settings while the frame compiles (Dynamo builds the guards then, at the first
 # call) and, for hybrid_trt, guard_filter_fn=hybrid_trt.skip_guards_on_baked_weights. They thin Dynamo's frame.
-_RECIPE = {"hybrid_cg_mp_recipe": "hybrid_cg_mp", "inductor_ro_recipe": "inductor_ro"}
+_RECIPE = {"hybrid_cg_mp_recipe": "hybrid_cg_mp", "inductor_ro_recipe": "inductor_ro",
+           "inductor_cg_flat_recipe": "inductor_cg_flat", "hybrid_cg_mp_whole_recipe": "hybrid_cg_mp_whole"}
 # "Inductor r-o copy": Inductor reduce-overhead once more, on a deep copy of the model (its own parameters, so its own
 # Dynamo entry, compiled graph and CUDA graph). Its ratio to "Inductor r-o" is the spread between two compiles of one
 # program in the same rounds: a hybrid ratio within it is no difference this benchmark can see.
@@ -70,6 +77,9 @@ _RECIPE_PATCH = {"use_recursive_dict_tags_for_guards": True, "install_free_tenso
 # tensors returned at every call, silently overwritten by the next: no memory pool shared across graphs, no check
 # of outputs kept alive). Not something hybrid_trt offers: its outputs follow reduce-overhead's rules.
 _FLAT_CG = {"triton.cudagraphs": True, "triton.cudagraph_trees": False}
+# "CG floor": a reference only, the least a torch-side graph can cost per call: Inductor's compiled model (default
+# mode) captured by hand with torch.cuda.graph, and each call one input copy and one replay, with no Dynamo frame,
+# no wrapper and no check at all (outputs overwritten by the next call). What any per-call layer is measured against.
 
 
 # ---------------------------------------------------------------------------------------------- child
@@ -195,7 +205,30 @@ def _compiled(v: str, model, fullgraph: bool = False):
     return _first_call_patched(fn, _RECIPE_PATCH) if v in _RECIPE else fn
 
 
+def _cg_floor(model, x):
+    import torch
+    fn = torch.compile(model, backend="inductor")
+    x_static = x.clone()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            fn(x_static)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fn(x_static)
+
+    def run(inp_tensor):
+        x_static.copy_(inp_tensor)
+        graph.replay()
+        return out
+    return run
+
+
 def _variant(v: str, model, x, ref, workdir: str):
+    if v == "cg_floor":
+        return _cg_floor(model, x)
     if v in ("ort", "ort_cg"):
         path = os.path.join(workdir, "whole.onnx")
         if not os.path.exists(path):
@@ -253,7 +286,10 @@ def _run_task(task: dict, args) -> dict:
                     row[f"{v}_partitions"] = sum(p.status == "delegated" for p in rep.partitions)
                     if "_mp" in v:
                         row[f"{v}_placed"] = _placement_summary(rep)
-                    if v.startswith("hybrid_cg") and rep.cuda_graphs is not None and "cuda_graphs" not in row:
+                    if "_whole" in v and rep.cuda_graphs is not None:
+                        row.setdefault("whole_status", {})[v] = "; ".join(
+                            [rep.cuda_graphs.status] + rep.cuda_graphs.reasons[:2])
+                    elif v.startswith("hybrid_cg") and rep.cuda_graphs is not None and "cuda_graphs" not in row:
                         row["cuda_graphs"] = rep.cuda_graphs.status
                         row["cuda_graph_reasons"] = rep.cuda_graphs.reasons[:3]
             except Exception as e:  # noqa: BLE001 - the row records it, the run goes on
@@ -376,8 +412,9 @@ def to_markdown(rows: list, header: str, variants) -> str:
              "| model | dtype | batch | " + " | ".join(f"{LABELS.get(v, v)} ms" for v in variants)
              + " | hybrid CG / Inductor r-o | hybrid CG MP / Inductor r-o | hybrid CG / ORT CG | CUDA graphs (hybrid)"
                " | max rel err (hybrid CG, hybrid CG MP, ORT CG) | compile s (hybrid CG, hybrid CG MP)"
-               " | NHWC variants / Inductor r-o, / ORT CG | Inductor r-o copy / Inductor r-o (A/A) |",
-             "|" + "---|" * (len(variants) + 11)]
+               " | NHWC variants / Inductor r-o, / ORT CG | Inductor r-o copy / Inductor r-o (A/A)"
+               " | whole runner variants / Inductor r-o, / ORT CG (max rel err) |",
+             "|" + "---|" * (len(variants) + 12)]
     notes = []
     for r in rows:
         label = f"| {r['model']} | {r['dtype']} | {r['batch']} |"
@@ -395,7 +432,10 @@ def to_markdown(rows: list, header: str, variants) -> str:
             + f" | {r.get('compile_s', {}).get('hybrid_cg', '-')}, {r.get('compile_s', {}).get('hybrid_cg_mp', '-')}"
             + " | " + "; ".join(f"{LABELS[v]} {_ratio(ms.get(v), ms.get('inductor_ro'))}, {_ratio(ms.get(v), ms.get('ort_cg'))}"
                                 for v in variants if v.endswith("_nhwc") and v.startswith("hybrid_cg"))
-            + f" | {_ratio(ms.get('inductor_ro_copy'), ms.get('inductor_ro'))} |")
+            + f" | {_ratio(ms.get('inductor_ro_copy'), ms.get('inductor_ro'))}"
+            + " | " + "; ".join(f"{LABELS[v]} {_ratio(ms.get(v), ms.get('inductor_ro'))}, "
+                                f"{_ratio(ms.get(v), ms.get('ort_cg'))} ({err.get(v, float('nan')):.1e})"
+                                for v in variants if "_whole" in v) + " |")
         errs = ", ".join(f"{LABELS[v]} {err[v]:.1e}" for v in variants if v.endswith("_nhwc") and v in err)
         if errs:
             notes.append(f"- {r['model']} {r['dtype']} b{r['batch']} max rel err of the NHWC variants: {errs}")
@@ -405,6 +445,8 @@ def to_markdown(rows: list, header: str, variants) -> str:
                              f"{r[key]}")
         for v, e in r.get("errors", {}).items():
             notes.append(f"- {r['model']} {r['dtype']} b{r['batch']} {LABELS.get(v, v)}: {e}")
+        for v, status in r.get("whole_status", {}).items():
+            notes.append(f"- {r['model']} {r['dtype']} b{r['batch']} {LABELS[v]}: {status}")
         for why in r.get("cuda_graph_reasons", []):
             notes.append(f"- {r['model']} {r['dtype']} b{r['batch']} hybrid CG not whole: {why}")
     if notes:

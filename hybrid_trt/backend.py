@@ -37,6 +37,7 @@ from .engines.runtime import PartitionRuntime, Policy, engine_store, prepare_run
 from .guards import record_baked_weights
 from .stitch import baked_weights as _baked_weights
 from .stitch import direct as _direct
+from .whole_graph import WholeGraph
 from .stitch.fallback import compile_stitched
 from .stitch.layout import keep_traced_strides, views_to_reshapes
 from .stitch.stitcher import stitch
@@ -143,12 +144,15 @@ def _compile_graph(gm: fx.GraphModule, example_inputs, opts: Options, check_weig
         if kept and compiled_graphs and compiled_graphs[-1][1] is compiled:
             per_call.update(_per_call(len(lifted), example_inputs, compiled_graphs[-1][0], graph_weights, kept,
                                       opts, report))
+        if capture.whole:  # kept in the manifest: a warm start wraps the graph without compiling it
+            per_call["whole_graph_reasons"] = list(report.cuda_graphs.reasons) if report.cuda_graphs else [
+                "the graph Inductor compiled was not the stitched one"]
         return compiled
 
     gm = preserve_ops(gm)
     compile_inductor = lambda: compile_fx(  # noqa: E731
         gm, example_inputs, inner_compile=inner_compile, decompositions=capture_decompositions())
-    if opts.cuda_graphs:  # Inductor's CUDA-graph trees around the stitched graph; its skip messages reported
+    if opts.inductor_cuda_graphs:  # Inductor's CUDA-graph trees around the stitched graph; its skip messages reported
         compile_inductor = cudagraphs.with_graphs(compile_inductor, opts, report)
     if not opts.cache:
         # Caching off: Inductor's caches too (force_disable_caches is the one switch TORCHINDUCTOR_FX_GRAPH_CACHE=1
@@ -185,7 +189,8 @@ def _compile_graph(gm: fx.GraphModule, example_inputs, opts: Options, check_weig
         print(report.table())
     # (a warm start did not run inner_compile: the positions are AOTAutograd's order, as the cold compile checked)
     positions = compiled_weights or _graph_weights(_lifted_weights(gm), weights)
-    called = _hold(_called_per_call(compiled, per_call, positions, runtimes, opts, report), runtimes)
+    called = _hold(_called_per_call(compiled, per_call, positions, runtimes, opts, report, sorted(weights)),
+                   runtimes)
     return _checked(called, weights, original, report, opts) if runtimes and original is not None else called
 
 
@@ -220,7 +225,7 @@ def _checked(called, weights: dict, original, report: CompileReport, opts: Optio
 
 def _stored_direct(stored_per_call, opts: Options) -> bool:
     """Whether a stored graph's per-call plan (None: no usable manifest) calls its engines directly."""
-    return bool(stored_per_call and stored_per_call.get("direct")) and not opts.cuda_graphs
+    return bool(stored_per_call and stored_per_call.get("direct")) and not opts.inductor_cuda_graphs
 
 
 def _served_directly(graph: GraphCache, gm: fx.GraphModule, weights: dict, opts: Options,
@@ -235,7 +240,8 @@ def _served_directly(graph: GraphCache, gm: fx.GraphModule, weights: dict, opts:
     if not _stored_direct(graph.per_call, opts) or per_call.get("direct") is None:
         return None
     runtimes = list(graph.runtimes.values())
-    served = _called_per_call(None, per_call, _graph_weights(_lifted_weights(gm), weights), runtimes, opts, report)
+    served = _called_per_call(None, per_call, _graph_weights(_lifted_weights(gm), weights), runtimes, opts, report,
+                              sorted(weights))
     if served is None:
         return None
     graph.fill_report(report, inductor_cache=False)
@@ -288,7 +294,7 @@ def _per_call(n_lifted: int, example_inputs, graph: fx.GraphModule, graph_weight
         return out
     # CUDA engines order themselves against the caller's current stream inside ``run`` (engines/runtime.py), the
     # same call Inductor's code makes, so the direct call needs nothing more on a GPU.
-    reason = "CUDA graphs" if opts.cuda_graphs else _direct.aot_wrapper_reason(n_outputs)
+    reason = "Inductor's CUDA graphs" if opts.inductor_cuda_graphs else _direct.aot_wrapper_reason(n_outputs)
     if reason is not None:
         logger.debug("hybrid_trt: graph %d is only delegate calls but keeps Inductor's wrappers: %s",
                      report.graph_index, reason)
@@ -299,33 +305,57 @@ def _per_call(n_lifted: int, example_inputs, graph: fx.GraphModule, graph_weight
 
 def _per_call_json(per_call: dict) -> dict:
     plan = per_call.get("direct")
-    return {"baked_inputs": list(per_call.get("baked_inputs", ())), "direct": plan and plan.to_json()}
+    return {"baked_inputs": list(per_call.get("baked_inputs", ())), "direct": plan and plan.to_json(),
+            "whole_graph_reasons": per_call.get("whole_graph_reasons")}
 
 
 def _per_call_from_json(data) -> dict:
     if not isinstance(data, dict):
         return {}
-    plan, baked = data.get("direct"), data.get("baked_inputs")
+    plan, baked, whole = data.get("direct"), data.get("baked_inputs"), data.get("whole_graph_reasons")
     return {"baked_inputs": [b for b in baked if isinstance(b, int)] if isinstance(baked, list) else [],
-            "direct": _direct.DirectPlan.from_json(plan) if plan else None}
+            "direct": _direct.DirectPlan.from_json(plan) if plan else None,
+            "whole_graph_reasons": [str(r) for r in whole] if isinstance(whole, list) else None}
 
 
 def _called_per_call(compiled, per_call: dict, graph_weights: dict, runtimes: list, opts: Options,
-                     report: CompileReport):
+                     report: CompileReport, static: list):
     """The callable Dynamo's frame calls: the direct plan's when there is one (and its runtimes are all here),
-    else Inductor's ``compiled`` (None on a warm start that has not consulted Inductor). Also hands the baked
-    weights (``graph_weights``: graph input position -> tensor) to the guard filter of this compile (guards.py)."""
+    else Inductor's ``compiled`` (None on a warm start that has not consulted Inductor); in the whole runner's
+    CUDA graph when that is on (``static``: the positions of the weights among Dynamo's arguments). Also hands the
+    baked weights (``graph_weights``: graph input position -> tensor) to the guard filter of this compile."""
     record_baked_weights([graph_weights[i] for i in per_call.get("baked_inputs", ()) if i in graph_weights])
+    called = compiled
     plan = per_call.get("direct")
-    if plan is None or opts.cuda_graphs:
-        return compiled
-    direct = _direct.direct_callable(plan, {rt.key: rt for rt in runtimes})
-    if direct is None:
-        return compiled
-    logger.debug("hybrid_trt: graph %d calls its %d delegate call(s) directly", report.graph_index,
-                 len(plan.steps))
-    report.per_call = "direct"
-    return direct
+    direct = None if plan is None or opts.inductor_cuda_graphs else _direct.direct_callable(
+        plan, {rt.key: rt for rt in runtimes})
+    if direct is not None:
+        logger.debug("hybrid_trt: graph %d calls its %d delegate call(s) directly", report.graph_index,
+                     len(plan.steps))
+        report.per_call = "direct"
+        called = direct
+    if called is None or not (opts.cuda_graphs and opts.cuda_graph_runner == "whole"):
+        return called
+    return _whole_graph(called, per_call.get("whole_graph_reasons"), static, report)
+
+
+def _whole_graph(called, reasons, static: list, report: CompileReport):
+    """``called`` in the whole runner's CUDA graph (whole_graph.py), or as it is where the compile found reasons
+    it cannot be captured whole (said once, and in the report)."""
+    if reasons is None:
+        reasons = ["the stored graph's manifest does not say whether it can be captured whole"]
+    report.cuda_graphs = cudagraphs.whole_runner_record(reasons)
+    if reasons:
+        logger.warning("hybrid_trt: graph %d runs without CUDA graphs: %s (cuda_graph_runner='trees' captures the "
+                       "segments around such parts)", report.graph_index, "; ".join(reasons))
+        return called
+    record = report.cuda_graphs
+
+    def uncaptured(why: str, others_captured: bool) -> None:  # a signature the runner could not capture
+        record.status = "captured whole for some input shapes" if others_captured else "not captured"
+        record.segments = int(others_captured)
+        record.reasons = list(dict.fromkeys(record.reasons + [why]))
+    return WholeGraph(called, static, f"graph {report.graph_index}", uncaptured)
 
 
 def _hybrid_graph(gm: fx.GraphModule, weights: dict, n_dynamo_inputs: int, opts: Options,

@@ -86,7 +86,7 @@ def options_with_mode(options, mode: Optional[str]):
 def inductor_config(options) -> dict:
     """Inductor settings for the stitched graph: its CUDA-graph trees, and graph partitioning so that an
     uncapturable piece splits the capture instead of cancelling it."""
-    if not options.cuda_graphs:
+    if not options.inductor_cuda_graphs:
         return {}
     from torch._inductor import config
     patch = {"triton.cudagraphs": True}
@@ -102,6 +102,7 @@ def inductor_config(options) -> dict:
 class CapturePlan:
     """Which delegated partitions (by content key) must stay outside CUDA graphs, and why."""
     enabled: bool
+    whole: bool = False  # hybrid_trt's whole-callable runner (whole_graph.py) instead of Inductor's trees
     uncapturable: dict = dataclasses.field(default_factory=dict)  # key -> reason
 
     def apply(self, gm: fx.GraphModule) -> fx.GraphModule:
@@ -119,7 +120,7 @@ class CapturePlan:
 
 def plan_capture(delegated, options) -> CapturePlan:
     """``delegated``: the partitions about to be stitched in (``runtime``, ``extracted``, ``report``)."""
-    plan = CapturePlan(enabled=bool(options.cuda_graphs))
+    plan = CapturePlan(enabled=bool(options.cuda_graphs), whole=options.cuda_graph_runner == "whole")
     if not plan.enabled:
         return plan
     # Said at every graph with a CUDA partition compiled with graphs on, until the H200 results in the README's
@@ -359,6 +360,8 @@ def compile_observed(compile_graph, gm: fx.GraphModule, cudagraphs_box, plan: Ca
     if not plan.enabled:
         return compile_graph()
     reasons = list(blockers(gm, plan))  # before Inductor's passes rewrite gm
+    if plan.whole:
+        return _compiled_for_whole_runner(compile_graph, gm, reasons, report)
     with torch._inductor.config.patch(_data_dependent_split(gm)):
         compiled = compile_graph()
     captured = bool(cudagraphs_box) if cudagraphs_box is not None else False
@@ -379,6 +382,26 @@ def compile_observed(compile_graph, gm: fx.GraphModule, cudagraphs_box, plan: Ca
     logger.info("hybrid_trt: graph %d CUDA graphs: %s%s", report.graph_index, status,
                 f" ({'; '.join(report.cuda_graphs.reasons)})" if report.cuda_graphs.reasons else "")
     return compiled
+
+
+def _compiled_for_whole_runner(compile_graph, gm: fx.GraphModule, reasons: list, report):
+    """Inductor's plain compile of ``gm``, and in ``report.cuda_graphs`` whether the whole runner may capture it:
+    ``reasons`` (what blockers found) plus what AOTAutograd's runtime wrapper would do beyond passing arguments
+    in and outputs out (input mutation, aliased outputs...: a replay would not do it). Called while AOTAutograd
+    compiles (its metadata is read from the tracing context)."""
+    from .stitch.direct import aot_wrapper_reason
+    compiled = compile_graph()
+    outputs = gm.graph.output_node().args[0]
+    why = aot_wrapper_reason(len(outputs) if isinstance(outputs, (tuple, list)) else -1)
+    if why is not None:
+        reasons = reasons + [f"AOTAutograd's wrapper handles {why}"]
+    report.cuda_graphs = whole_runner_record(reasons)
+    return compiled
+
+
+def whole_runner_record(reasons: list) -> CudaGraphRecord:
+    return (CudaGraphRecord("not captured", 0, _dedupe(reasons)) if reasons else
+            CudaGraphRecord("captured whole (hybrid_trt's runner, from the second call of each input shape)", 1, []))
 
 
 def _data_dependent_split(gm: fx.GraphModule) -> dict:

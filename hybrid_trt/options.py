@@ -17,6 +17,7 @@ PRECISIONS = ("fp32", "fp16", "bf16")
 ORT_PROVIDERS = ("auto", "cpu", "cuda", "tensorrt")
 PLACEMENTS = ("auto", "delegate", "measured")  # see placement.py and Options.measures_placement
 ORT_CUDA_LAYOUTS = ("auto", "nchw", "nhwc")  # see delegates/onnxruntime_delegate.py, cuda_layout_nhwc
+CUDA_GRAPH_RUNNERS = ("trees", "whole")  # see cudagraphs.py and whole_graph.py
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,7 +36,8 @@ class Options:
     cache: bool = True  # engine store on disk, and Inductor's FX-graph and AOTAutograd caches
     cache_dir: Optional[str] = None  # None = $XDG_CACHE_HOME/hybrid_trt, else ~/.cache/hybrid_trt
     cache_max_bytes: int = 2 << 30  # least recently used entries are evicted beyond this
-    cuda_graphs: bool = False  # the stitched callable in Inductor's CUDA-graph trees (hybrid_trt/cudagraphs.py)
+    cuda_graphs: bool = False  # the stitched callable in CUDA graphs (hybrid_trt/cudagraphs.py)
+    cuda_graph_runner: str = "trees"  # "trees": Inductor's, in segments; "whole": one graph per call (whole_graph.py)
     placement: str = "auto"  # "measured": a partition stays delegated only where that is faster (placement.py)
 
     def __post_init__(self):
@@ -44,11 +46,19 @@ class Options:
             value = getattr(self, f.name)
             if value is not f.default and not (type(value) is type(f.default) and value == f.default):
                 object.__setattr__(self, f.name, _convert(f.name, value))
+        if not self.cuda_graphs:  # the runner only says how graphs run: without them it changes nothing compiled
+            object.__setattr__(self, "cuda_graph_runner", "trees")
 
     def compiled_fields(self) -> dict:
         """The options that change what is compiled (the stitched graph or an engine); caching and printing
         settings do not."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in _NOT_COMPILED}
+
+    @property
+    def inductor_cuda_graphs(self) -> bool:
+        """Whether Inductor captures the stitched graph (its CUDA-graph trees); the whole runner captures it
+        itself (whole_graph.py) around Inductor's plain compile."""
+        return self.cuda_graphs and self.cuda_graph_runner == "trees"
 
     def measures_placement(self, device) -> bool:
         """Whether a partition on ``device`` is timed against Inductor before it is delegated. ``auto`` measures
@@ -86,6 +96,7 @@ _DOCS = {
     "cache_dir": "a directory path (created when missing)",
     "cache_max_bytes": "int >= 1",
     "cuda_graphs": "bool",
+    "cuda_graph_runner": f"one of {CUDA_GRAPH_RUNNERS}",
     "placement": f"one of {PLACEMENTS}",
 }
 
@@ -217,6 +228,8 @@ def _convert(key: str, value: Any) -> Any:
         return _as_choice(key, value, PLACEMENTS)
     if key == "onnxruntime_cuda_layout":
         return _as_choice(key, value, ORT_CUDA_LAYOUTS)
+    if key == "cuda_graph_runner":
+        return _as_choice(key, value, CUDA_GRAPH_RUNNERS)
     if key in ("strict", "print_report", "cache", "cuda_graphs"):
         return _as_bool(key, value)
     raise AssertionError(key)

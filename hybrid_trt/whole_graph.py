@@ -1,0 +1,137 @@
+"""The whole compiled callable in one CUDA graph of hybrid_trt's own: ``cuda_graph_runner="whole"``.
+
+Inductor's CUDA-graph trees (the default runner, cudagraphs.py) capture around anything uncapturable and manage
+outputs across graphs, and they pay for it at every call: on an H100 at fp16 batch 1 a call of Inductor's
+``reduce-overhead`` cost 0.17-0.26 ms more than a bare replay of the same kernels (input copy, replay), and ONNX
+Runtime's own CUDA graph on the whole model sat between the two (``benchmarks/results/cudagraphs_h100.md``,
+session 25). This runner is the bare replay behind Dynamo's frame. Per input signature it runs the callable once
+uncaptured (lazy set-up: Inductor's first call, each engine's first run), captures it at the next call, and from
+then on a call is: one check that the weights are the tensors captured, one batched copy of the other inputs into
+the graph's input buffers, one replay on the caller's current stream, and one copy of each output. The callable
+Dynamo's frame calls is this object; AOTAutograd's and Inductor's wrappers run only while the graph is captured.
+
+The outputs are the caller's own tensors (copied out of the graph's memory at every call): kept across calls,
+they are never overwritten, unlike ``reduce-overhead``'s. A graph is used only where replaying it is the whole
+call: no input mutation, no output aliasing an input, no effect tokens or functionalized RNG, no CPU work, no
+data-dependent sizes, every delegate capture-safe (checked at compile time, ``reasons``). Otherwise, and where a
+capture fails at run time, the callable runs uncaptured and the report and one warning say why (the trees runner
+captures the segments around such parts).
+"""
+from __future__ import annotations
+
+from typing import Callable, Optional, Sequence
+
+import torch
+
+from .log import logger
+
+
+class WholeGraph:
+    """``fn`` (Dynamo's arguments in, a list or tuple of outputs out) replayed from a CUDA graph per input
+    signature. ``static``: positions of arguments whose storage is captured as is (weights: Dynamo's static
+    inputs); every other tensor argument is copied into the graph's own input buffer at each call."""
+
+    def __init__(self, fn: Callable, static: Sequence[int], name: str, on_fallback: Callable[[str], None]):
+        self._fn = fn
+        self._static = sorted(static)
+        self._name = name
+        self._on_fallback = on_fallback  # (why, others captured): a signature runs uncaptured (the report's record)
+        self._graphs: dict = {}  # signature -> _Captured, or a str: why that signature runs uncaptured
+        self._warmed: set = set()
+        self._copied: Optional[list] = None  # positions of the tensors copied in (from the first call's arguments)
+        self._scalars: list = []  # positions of non-tensor arguments (symbolic sizes): part of the signature
+
+    def __call__(self, *args):
+        if self._copied is None:
+            self._layout(args)
+        key = tuple([args[i].shape for i in self._copied] + [args[i] for i in self._scalars])
+        g = self._graphs.get(key)
+        if g.__class__ is _Captured and (not self._static or torch._C._tensors_data_ptrs_at_indices_equal(
+                list(args), g.static_ptrs, self._static)):
+            if g.inputs:
+                torch._foreach_copy_(g.inputs, [args[i] for i in self._copied])
+            g.graph.replay()
+            return g.copy_out()
+        return self._uncaptured_or_capture(key, args, g)
+
+    # ------------------------------------------------------------------------------------------ slow path
+
+    def _layout(self, args) -> None:
+        static = set(self._static)
+        self._copied = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and i not in static]
+        self._scalars = [i for i, a in enumerate(args) if not isinstance(a, torch.Tensor)]
+
+    def _uncaptured_or_capture(self, key, args, g):
+        if isinstance(g, str):
+            return self._fn(*args)
+        if g is not None:  # captured, but a weight is another tensor now: capture again for the new storage
+            logger.info("hybrid_trt: %s: a weight's storage changed since its CUDA graph was captured; capturing "
+                        "again", self._name)
+        elif key not in self._warmed:
+            self._warmed.add(key)  # first call of this signature: lazy set-up happens outside any capture
+            return self._fn(*args)
+        why = self._why_not(args)
+        if why is None:
+            try:
+                captured = _capture(self._fn, args, self._copied, self._static)
+            except Exception as e:  # noqa: BLE001 - a capture failure means: run it uncaptured, and say so
+                why = f"capture failed: {type(e).__name__}: {_first_line(str(e))}"
+        if why is not None:
+            self._graphs[key] = why
+            logger.warning("hybrid_trt: %s runs without a CUDA graph for inputs %s: %s", self._name,
+                           [tuple(k) if isinstance(k, torch.Size) else k for k in key], why)
+            self._on_fallback(why, any(g.__class__ is _Captured for g in self._graphs.values()))
+            return self._fn(*args)
+        self._graphs[key] = captured
+        captured.graph.replay()  # its input buffers hold this call's arguments already
+        return captured.copy_out()
+
+    def _why_not(self, args) -> Optional[str]:
+        devices = {a.device.type for a in args if isinstance(a, torch.Tensor)}
+        if devices != {"cuda"}:
+            return f"inputs on {sorted(devices)} (a CUDA graph takes CUDA tensors only)"
+        if torch.cuda.is_current_stream_capturing():
+            return "called while the caller's stream is being captured (the caller's own graph holds this call)"
+        return None
+
+
+class _Captured:
+    __slots__ = ("graph", "inputs", "outputs", "static_ptrs", "container")
+
+    def __init__(self, graph, inputs, outputs, static_ptrs, container):
+        self.graph, self.inputs, self.outputs = graph, inputs, outputs
+        self.static_ptrs, self.container = static_ptrs, container
+
+    def copy_out(self):
+        return self.container(o.clone() if o.__class__ is torch.Tensor else o for o in self.outputs)
+
+
+def _capture(fn, args, copied: list, static: list) -> _Captured:
+    """One capture of ``fn`` on input buffers of its own (a clone of each copied argument), checked for nodes a
+    replay must not run (cudagraphs._unreplayable). The graph's memory is its own pool."""
+    from .cudagraphs import _inspectable_graph, _unreplayable
+    full = list(args)
+    inputs = []
+    for i in copied:
+        buf = torch.empty_strided(args[i].size(), args[i].stride(), dtype=args[i].dtype, device=args[i].device)
+        buf.copy_(args[i])
+        full[i] = buf
+        inputs.append(buf)
+    device = inputs[0].device if inputs else next(a.device for a in args if isinstance(a, torch.Tensor))
+    torch.cuda.synchronize(device)
+    graph = _inspectable_graph()
+    with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+        outputs = fn(*full)
+    reason = _unreplayable(graph)
+    if reason is not None:
+        raise RuntimeError(reason)
+    if not isinstance(outputs, (list, tuple)):
+        raise RuntimeError(f"the compiled callable returned {type(outputs).__name__}, not a list or tuple")
+    ptrs = [None] * len(args)
+    for i in static:
+        ptrs[i] = args[i].data_ptr()
+    return _Captured(graph, inputs, list(outputs), ptrs, type(outputs) if type(outputs) in (list, tuple) else list)
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0][:300] if text.strip() else text

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Device-call stages, session 25 (onnxruntime-gpu in /tmp/site from .chunk1-4). Logs under $OUT/s25.
+# Usage: scripts/gpu_session25.sh chunk K | floor [budget_s] | topk | whole [bench_budget_s]
+source scripts/gpu_stage_env.sh
+gpu_stage_env s25 "${1:-}"
+case ${1:?stage} in
+  chunk)  # carry .chunkK; the fourth unpacks
+    bash scripts/gpu_session6.sh chunk "${2:?K}"
+    ;;
+  floor)  # issue 10: how far below ONNX Runtime's own graph a torch-side graph can go per call at fp16 batch 1 (the
+          # three models its graph beat): trees with the recipe, Inductor's flat cudagraphify with the recipe, and
+          # the floor (a hand capture: one copy, one replay, no Dynamo frame)
+    nvidia-smi --query-gpu=name --format=csv,noheader
+    timeout ${2:-300} python3 benchmarks/bench_cudagraphs.py --no-lidar --models mobilenet_v3_large,efficientnet_b0,convnext_tiny \
+      --configs fp16:1 --variants inductor_ro,inductor_ro_recipe,inductor_cg_flat_recipe,cg_floor,ort_cg --rounds 5 \
+      --budget-s $(( ${2:-300} - 40 )) --grace-s 30 --out $L/floor.md > $L/floor.log 2>&1
+    echo "floor rc=$?"; cat $L/floor.md
+    ;;
+  whole)  # issue 10: the whole runner (cuda_graph_runner="whole"): its CUDA tests and the trees' beside them, then
+          # fp16 batch 1 against Inductor reduce-overhead, ONNX Runtime's own graph and the floor
+    timeout 200 python3 -m pytest -q -p no:cacheprovider -n 8 --dist load -rfE tests/test_whole_graph.py \
+      tests/test_cuda_graphs.py > $L/whole_tests.log 2>&1
+    echo "tests rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed" $L/whole_tests.log | tail -15
+    timeout ${2:-380} python3 benchmarks/bench_cudagraphs.py --no-lidar \
+      --models mobilenet_v3_large,efficientnet_b0,convnext_tiny,resnet18 --configs fp16:1 \
+      --variants inductor_ro,hybrid_cg_mp,hybrid_cg_mp_whole,hybrid_cg_mp_whole_recipe,cg_floor,ort_cg --rounds 5 \
+      --budget-s $(( ${2:-380} - 50 )) --grace-s 40 --out $L/whole.md > $L/whole.log 2>&1
+    echo "bench rc=$?"; cat $L/whole.md
+    ;;
+  topk)  # issue 7: the finite TopK key's last form (float32 keeps a float32 key) on the CUDA provider, and its cost
+    bash scripts/gpu_session24.sh topk
+    ;;
+esac

@@ -1,0 +1,255 @@
+"""The whole runner: ``options={"cuda_graphs": True, "cuda_graph_runner": "whole"}`` (hybrid_trt/whole_graph.py).
+
+CPU parts run everywhere: the option, the report and the warning where a graph cannot be captured whole, the
+manifest that carries that verdict to a warm start, and the runner's own uncaptured path. The CUDA parts run on a
+GPU machine with onnxruntime-gpu: replays that run no Python delegate code, new inputs, shape changes, two models
+alternating, a user stream, outputs that stay the caller's across calls, a capture that fails at run time, a
+partition that is not capture-safe, and models matching eager.
+"""
+import logging
+
+import pytest
+import torch
+
+import hybrid_trt
+from hybrid_trt import cudagraphs
+from hybrid_trt.delegates import get_delegate
+from hybrid_trt.options import make_options
+from hybrid_trt.whole_graph import WholeGraph
+
+from _helpers import assert_close
+from test_cuda_graphs import _check, _count_runs, _cuda_model, _small_resnet, _tol, cuda_only, no_tf32  # noqa: F401
+
+WHOLE = {"cuda_graphs": True, "cuda_graph_runner": "whole"}
+
+
+# ---------------------------------------------------------------------------------------------- options
+
+
+def test_runner_option_validated_and_read_from_environment():
+    assert make_options(WHOLE).cuda_graph_runner == "whole"
+    assert make_options({"cuda_graphs": True}).cuda_graph_runner == "trees"
+    assert make_options({"cuda_graphs": True}, environ={"HYBRID_TRT_CUDA_GRAPH_RUNNER": "whole"}) \
+        .cuda_graph_runner == "whole"
+    with pytest.raises(ValueError, match="cuda_graph_runner.*one of \\('trees', 'whole'\\)"):
+        make_options({"cuda_graphs": True, "cuda_graph_runner": "flat"})
+    # Without graphs the runner changes nothing compiled: one cache entry, whatever it says.
+    assert make_options({"cuda_graph_runner": "whole"}) == make_options({})
+
+
+def test_whole_runner_turns_inductor_graphs_off():
+    whole, trees = make_options(WHOLE), make_options({"cuda_graphs": True})
+    assert (whole.inductor_cuda_graphs, trees.inductor_cuda_graphs) == (False, True)
+    assert cudagraphs.inductor_config(whole) == {}
+    assert cudagraphs.inductor_config(trees)["triton.cudagraphs"] is True
+    assert whole.compiled_fields() != trees.compiled_fields()  # separate cache entries
+
+
+# ---------------------------------------------------------------------------------------------- CPU
+
+
+def test_cpu_graph_runs_uncaptured_with_one_warning_and_the_reason(hybrid_logs):
+    model, x = _small_resnet(), torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        expected = model(x)
+        compiled = torch.compile(model, backend="hybrid_trt", options=dict(WHOLE))
+        outs = [compiled(x) for _ in range(3)]
+    for k, out in enumerate(outs):
+        assert_close(out, expected, 1e-4, 1e-4, what=f"call {k}")
+    record = hybrid_trt.last_report().cuda_graphs
+    assert record.status == "not captured", hybrid_trt.last_report().table()
+    assert any("on the CPU" in why for why in record.reasons), record.reasons
+    warned = [r for r in hybrid_logs.records if r.levelno == logging.WARNING and "without CUDA graphs" in
+              r.getMessage()]
+    assert len(warned) == 1, [r.getMessage() for r in hybrid_logs.records]
+    assert "cuda_graph_runner='trees'" in warned[0].getMessage()
+
+
+def test_warm_start_reads_the_verdict_from_the_manifest(tmp_path):
+    """The verdict is decided while AOTAutograd compiles; a warm start (no compile) takes it from the graph's
+    manifest, so it reports and runs as the cold start did."""
+    model, x = _small_resnet(), torch.randn(1, 3, 32, 32)
+    options = {**WHOLE, "cache_dir": str(tmp_path / "store")}
+    records = []
+    with torch.no_grad(), torch._inductor.config.patch(fx_graph_cache=True), \
+            torch.compiler.config.patch(cache_key_tag="whole-graph-manifest-test"):
+        for _ in range(2):
+            torch._dynamo.reset()
+            compiled = torch.compile(model, backend="hybrid_trt", options=dict(options))
+            assert_close(compiled(x), model(x), 1e-4, 1e-4, what="call")
+            records.append(hybrid_trt.last_report().cuda_graphs)
+            sources = {e.source for p in hybrid_trt.last_report().partitions for e in p.engines}
+    assert sources == {"loaded"}, sources  # the second compile was a warm start
+    assert records[0].status == records[1].status == "not captured"
+    assert records[0].reasons == records[1].reasons and records[0].reasons
+
+
+def test_runner_runs_cpu_inputs_uncaptured_and_says_why():
+    said = []
+    runner = WholeGraph(lambda a, w: [a * w], static=[1], name="graph 7", on_fallback=lambda *a: said.append(a))
+    w = torch.full((3,), 2.0)
+    for k in range(3):
+        x = torch.arange(3.0) + k
+        assert torch.equal(runner(x, w)[0], x * w)
+    assert said == [("inputs on ['cpu'] (a CUDA graph takes CUDA tensors only)", False)]
+
+
+# ---------------------------------------------------------------------------------------------- CUDA
+
+
+def _compiled(model, **kwargs):
+    return torch.compile(model, backend="hybrid_trt", options=dict(WHOLE, **kwargs.pop("options", {})), **kwargs)
+
+
+@cuda_only
+def test_replays_run_no_python_delegate_code_and_compute_on_new_inputs(monkeypatch, no_tf32):
+    model, x = _cuda_model()
+    with torch.no_grad():
+        compiled = _compiled(model, options={"placement": "delegate"})
+        compiled(x)
+        assert hybrid_trt.last_report().cuda_graphs.status.startswith("captured whole"), \
+            hybrid_trt.last_report().table()
+        calls = _count_runs(monkeypatch)
+        compiled(x)  # the capture
+        before = len(calls)
+        for seed in range(4):
+            xi = torch.randn(x.shape, generator=torch.Generator().manual_seed(seed)).cuda()
+            assert_close(compiled(xi), model(xi), *_tol(torch.float32), what=f"replay {seed}")
+        assert len(calls) == before, "replays called the delegate in Python: the graph did not capture it"
+    assert hybrid_trt.last_report().cuda_graphs.status.startswith("captured whole")
+
+
+@cuda_only
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_shape_change(dynamic, no_tf32):
+    model, _ = _cuda_model()
+    with torch.no_grad():
+        compiled = _compiled(model, dynamic=dynamic)
+        for batch in (2, 4, 2, 4, 3, 2, 3):
+            x = torch.randn(batch, 3, 64, 64, device="cuda")
+            assert_close(compiled(x), model(x), *_tol(torch.float32), what=f"batch {batch}")
+
+
+@cuda_only
+def test_two_compiled_models_alternating(no_tf32):
+    a, xa = _cuda_model("resnet18")
+    b, xb = _cuda_model("detector")
+    with torch.no_grad():
+        ca, cb = _compiled(a), _compiled(b)
+        for step in range(5):
+            xa_i, xb_i = xa + step, xb * (1 + 0.1 * step)
+            ya, yb = ca(xa_i), cb(xb_i)
+            _check("resnet18", ya, a(xa_i), torch.float32, f"model a, step {step}")
+            _check("detector", yb, b(xb_i), torch.float32, f"model b, step {step}")
+
+
+@cuda_only
+def test_user_stream(no_tf32):
+    """The replay, the input copy and the output copies are all on the caller's current stream."""
+    model, x = _cuda_model()
+    stream = torch.cuda.Stream()
+    with torch.no_grad():
+        compiled = _compiled(model)
+        expected = model(x)
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            outs = [compiled(x + i) for i in range(4)]
+            slow = torch.cuda._sleep(1_000_000)  # noqa: F841 - keeps the user stream busy after the calls
+            last = compiled(x + 9)
+        torch.cuda.current_stream().wait_stream(stream)
+        for i, out in enumerate(outs):
+            assert_close(out, model(x + i), *_tol(torch.float32), what=f"call {i} on a user stream")
+        assert_close(last, model(x + 9), *_tol(torch.float32), what="call after a long kernel on the user stream")
+        assert_close(compiled(x), expected, *_tol(torch.float32), what="back on the default stream")
+
+
+@cuda_only
+def test_outputs_stay_the_callers_across_calls(no_tf32):
+    """Unlike reduce-overhead's, an output is the caller's own tensor: later calls never overwrite it."""
+    model, x1 = _cuda_model()
+    with torch.no_grad():
+        compiled = _compiled(model)
+        outs = [compiled(x1 * k) for k in (1.0, -1.0, 2.0, 0.5, -3.0)]
+        for k, out in zip((1.0, -1.0, 2.0, 0.5, -3.0), outs):
+            assert_close(out, model(x1 * k), *_tol(torch.float32), what=f"output of the call with x * {k}")
+        assert len({o.data_ptr() for o in outs}) == len(outs)
+
+
+@cuda_only
+def test_capture_failure_at_run_time_runs_uncaptured_and_says_why():
+    """A callable that syncs the host cannot be captured: the runner says so once and runs it uncaptured."""
+    said = []
+
+    def syncing(a, w):
+        out = a * w
+        torch.cuda.synchronize()
+        return (out,)
+    runner = WholeGraph(syncing, static=[1], name="graph 9", on_fallback=lambda *a: said.append(a))
+    w = torch.full((5,), 3.0, device="cuda")
+    for k in range(4):
+        x = torch.arange(5.0, device="cuda") + k
+        assert torch.equal(runner(x, w)[0], x * w)
+    assert len(said) == 1 and said[0][0].startswith("capture failed"), said
+    y = torch.ones(3, device="cuda") * 2  # the device is usable after the failed capture
+    assert float(y.sum()) == 6.0
+
+
+@cuda_only
+def test_runner_captures_again_when_a_weight_is_another_tensor():
+    runner = WholeGraph(lambda a, w: (a * w,), static=[1], name="graph 8", on_fallback=lambda *a: None)
+    x = torch.arange(4.0, device="cuda")
+    w1, w2 = torch.full((4,), 2.0, device="cuda"), torch.full((4,), 5.0, device="cuda")
+    for w in (w1, w1, w1, w2, w2, w1):
+        assert torch.equal(runner(x, w)[0], x * w)
+
+
+@cuda_only
+def test_partition_not_capture_safe_runs_uncaptured(monkeypatch, no_tf32):
+    ort = get_delegate("onnxruntime")
+    monkeypatch.setattr(type(ort), "capture_unsafe_reason", lambda self, device, opts: "declared unsafe (test)")
+    model, x = _cuda_model("detector")
+    with torch.no_grad():
+        compiled = _compiled(model, options={"placement": "delegate"})
+        for step in range(4):
+            xi = x * (1 + 0.1 * step)
+            _check("detector", compiled(xi), model(xi), torch.float32, f"call {step}")
+    record = hybrid_trt.last_report().cuda_graphs
+    assert record.status == "not captured" and any("declared unsafe (test)" in w for w in record.reasons), record
+
+
+@cuda_only
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
+@pytest.mark.parametrize("name", ["resnet18", "detector", "mobilenet_v3_large"])
+def test_models_match_eager(name, dtype, no_tf32):
+    if name == "mobilenet_v3_large":
+        torchvision = pytest.importorskip("torchvision")
+        torch.manual_seed(0)
+        model = torchvision.models.mobilenet_v3_large(weights=None).eval().cuda().to(dtype)
+        x = torch.randn(2, 3, 224, 224, device="cuda", dtype=dtype)
+    else:
+        model, x = _cuda_model(name, dtype)
+    with torch.no_grad():
+        compiled = _compiled(model)
+        for step in range(4):
+            xi = x * (1 + 0.05 * step)
+            out, expected = compiled(xi), model(xi)
+            if name == "mobilenet_v3_large":  # logits of a random deep net: relative to their spread
+                rtol, atol = _tol(dtype)
+                assert_close(out, expected, rtol, atol * float(expected.float().abs().max().clamp(min=1)),
+                             what=f"{name} call {step}")
+            else:
+                _check(name, out, expected, dtype, f"{name} call {step}")
+    assert hybrid_trt.last_report().cuda_graphs.status.startswith("captured whole"), hybrid_trt.last_report().table()
+
+
+@cuda_only
+def test_lidar_example_runs_uncaptured_with_the_reason():
+    from examples import lidar_detector
+    model = lidar_detector.build_model("small").cuda()
+    with torch.no_grad():
+        compiled = torch.compile(model, backend="hybrid_trt", fullgraph=True, options=dict(WHOLE))
+        for seed in range(3):
+            feats, coords = lidar_detector.make_inputs("small", device="cuda", seed=seed)
+            lidar_detector.compare_detections(model(feats, coords), compiled(feats, coords), atol=1e-3, rtol=1e-3)
+    record = hybrid_trt.last_report().cuda_graphs
+    assert record.status == "not captured" and any("data-dependent" in w for w in record.reasons), record
