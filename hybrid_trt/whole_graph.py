@@ -120,8 +120,12 @@ def _capture(fn, args, copied: list, static: list) -> _Captured:
     device = inputs[0].device if inputs else next(a.device for a in args if isinstance(a, torch.Tensor))
     torch.cuda.synchronize(device)
     graph = _inspectable_graph()
-    with torch.cuda.graph(graph, capture_error_mode="thread_local"):
-        outputs = fn(*full)
+    try:
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+            outputs = fn(*full)
+    except Exception:
+        _release_generator(device)
+        raise
     reason = _unreplayable(graph)
     if reason is not None:
         raise RuntimeError(reason)
@@ -131,6 +135,19 @@ def _capture(fn, args, copied: list, static: list) -> _Captured:
     for i in static:
         ptrs[i] = args[i].data_ptr()
     return _Captured(graph, inputs, list(outputs), ptrs, type(outputs) if type(outputs) in (list, tuple) else list)
+
+
+def _release_generator(device: torch.device) -> None:
+    """After a failed capture: torch's capture_end raises before it releases the default CUDA generator from the
+    capture, and every later random op in the process then fails ("Offset increment outside graph capture
+    encountered unexpectedly"; seen on the H200). A fresh copy of its state (same seed and offset, not capturing)
+    is installed instead."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    gen = torch.cuda.default_generators[index]
+    try:
+        gen.graphsafe_set_state(gen.clone_state())
+    except Exception as e:  # noqa: BLE001 - an older torch without these: nothing more can be done here
+        logger.debug("hybrid_trt: the CUDA generator's state was not renewed after a failed capture: %s", e)
 
 
 def _first_line(text: str) -> str:

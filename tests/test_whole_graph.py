@@ -192,6 +192,9 @@ def test_capture_failure_at_run_time_runs_uncaptured_and_says_why():
     assert len(said) == 1 and said[0][0].startswith("capture failed"), said
     y = torch.ones(3, device="cuda") * 2  # the device is usable after the failed capture
     assert float(y.sum()) == 6.0
+    # ... and so are random ops (torch leaves its CUDA generator captured when a capture fails)
+    assert torch.randn(4, device="cuda").isfinite().all()
+    assert torch.rand(4, device="cuda", generator=None).le(1).all()
 
 
 @cuda_only
