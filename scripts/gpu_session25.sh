@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Device-call stages, session 25 (onnxruntime-gpu in /tmp/site from .chunk1-4). Logs under $OUT/s25.
 # Usage: scripts/gpu_session25.sh chunk K | floor [budget_s] | topk | whole [bench_budget_s] | whole2 [bench_budget_s]
+#        | prof_recipe
 source scripts/gpu_stage_env.sh
 gpu_stage_env s25 "${1:-}"
 case ${1:?stage} in
@@ -41,6 +42,12 @@ case ${1:?stage} in
       --configs fp16:1,fp32:1 --variants inductor_ro,hybrid_cg_mp_whole,cg_floor,ort_cg --rounds 5 \
       --budget-s $(( ${2:-260} - 50 )) --grace-s 40 --out $L/whole2.md > $L/whole2.log 2>&1
     echo "bench rc=$?"; grep -E "^\| [a-z]" $L/whole2.md
+    ;;
+  prof_recipe)  # issue 10: EfficientNet-B0's whole-runner call with the guard recipe (no weights among the frame's
+                # arguments), profiled beside the floor
+    timeout 120 python3 benchmarks/profile_cudagraph_call.py --models efficientnet_b0 --configs fp16:1 \
+      --variants hybrid_cg_mp_whole_recipe,cg_floor --rounds 5 --cprofile-calls 100 --out $L/prof_recipe.md > $L/prof_recipe.log 2>&1
+    echo "prof rc=$?"; grep -A4 "^| variant" $L/prof_recipe.md | head -6
     ;;
   topk)  # issue 7: the finite TopK key's last form (float32 keeps a float32 key) on the CUDA provider, and its cost
     bash scripts/gpu_session24.sh topk
