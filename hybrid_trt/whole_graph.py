@@ -26,12 +26,16 @@ import torch
 from .log import logger
 
 
+MAX_GRAPHS = 8  # captured input signatures per compiled graph; later ones run uncaptured (said once each)
+_CAPTURE_DEVICE = "cuda"  # (the CPU tests of the runner's bookkeeping replace the capture and this)
+
+
 class WholeGraph:
     """``fn`` (Dynamo's arguments in, a list or tuple of outputs out) replayed from a CUDA graph per input
     signature. ``static``: positions of arguments whose storage is captured as is (weights: Dynamo's static
     inputs); every other tensor argument is copied into the graph's own input buffer at each call."""
 
-    def __init__(self, fn: Callable, static: Sequence[int], name: str, on_fallback: Callable[[str], None]):
+    def __init__(self, fn: Callable, static: Sequence[int], name: str, on_fallback: Callable[[str, bool], None]):
         self._fn = fn
         self._static = sorted(static)
         self._name = name
@@ -70,7 +74,9 @@ class WholeGraph:
         elif key not in self._warmed:
             self._warmed.add(key)  # first call of this signature: lazy set-up happens outside any capture
             return self._fn(*args)
-        why = self._why_not(args)
+        if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+            return self._fn(*args)  # inside the caller's own capture: its graph records this call's kernels
+        why = self._why_not(args, g is not None)
         if why is None:
             try:
                 captured = _capture(self._fn, args, self._copied, self._static)
@@ -86,12 +92,15 @@ class WholeGraph:
         captured.graph.replay()  # its input buffers hold this call's arguments already
         return captured.copy_out()
 
-    def _why_not(self, args) -> Optional[str]:
+    def _why_not(self, args, replacing: bool) -> Optional[str]:
         devices = {a.device.type for a in args if isinstance(a, torch.Tensor)}
-        if devices != {"cuda"}:
+        if devices != {_CAPTURE_DEVICE}:
             return f"inputs on {sorted(devices)} (a CUDA graph takes CUDA tensors only)"
-        if torch.cuda.is_current_stream_capturing():
-            return "called while the caller's stream is being captured (the caller's own graph holds this call)"
+        held = sum(g.__class__ is _Captured for g in self._graphs.values())
+        if not replacing and held >= MAX_GRAPHS:
+            # Each graph keeps its own memory pool (activations for its shape): shapes past the bound run
+            # uncaptured rather than let memory grow with every new shape.
+            return f"{held} input shapes captured already (the bound: each graph holds its own memory)"
         return None
 
 

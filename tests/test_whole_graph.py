@@ -256,3 +256,108 @@ def test_lidar_example_runs_uncaptured_with_the_reason():
             lidar_detector.compare_detections(model(feats, coords), compiled(feats, coords), atol=1e-3, rtol=1e-3)
     record = hybrid_trt.last_report().cuda_graphs
     assert record.status == "not captured" and any("data-dependent" in w for w in record.reasons), record
+
+
+# ---------------------------------------------------------------------------------------------- bookkeeping (CPU)
+# The runner's decisions (warm-up, capture, replay, re-capture, the bound, failures) with the capture replaced by
+# a stand-in whose "replay" recomputes the captured call on the captured buffers, so they run without a GPU.
+
+
+class _StandInGraph:
+    def __init__(self, fn, full, outputs):
+        self.fn, self.full, self.outputs, self.replays = fn, full, outputs, 0
+
+    def replay(self):
+        self.replays += 1
+        for o, r in zip(self.outputs, self.fn(*self.full)):
+            o.copy_(r)
+
+
+@pytest.fixture
+def stand_in_capture(monkeypatch):
+    from hybrid_trt import whole_graph
+    captures = []
+
+    def capture(fn, args, copied, static):
+        full = list(args)
+        inputs = []
+        for i in copied:
+            full[i] = args[i].clone()
+            inputs.append(full[i])
+        outputs = [t.clone() for t in fn(*full)]
+        ptrs = [None] * len(args)
+        for i in static:
+            ptrs[i] = args[i].data_ptr()
+        captures.append(_StandInGraph(fn, full, outputs))
+        return whole_graph._Captured(captures[-1], inputs, outputs, ptrs, list)
+    monkeypatch.setattr(whole_graph, "_capture", capture)
+    monkeypatch.setattr(whole_graph, "_CAPTURE_DEVICE", "cpu")
+    return captures
+
+
+def _counting(fn):
+    def counted(*args):
+        counted.calls += 1
+        return fn(*args)
+    counted.calls = 0
+    return counted
+
+
+def test_warm_up_then_capture_then_replays_on_copied_inputs(stand_in_capture):
+    said = []
+    fn = _counting(lambda a, w: [a * w, a + 1])
+    runner = WholeGraph(fn, static=[1], name="graph 1", on_fallback=lambda *a: said.append(a))
+    w = torch.full((4,), 3.0)
+    outs = []
+    for k in range(6):
+        x = torch.arange(4.0) + k
+        out = runner(x, w)
+        assert torch.equal(out[0], x * w) and torch.equal(out[1], x + 1), k
+        outs.append(out)
+    assert len(stand_in_capture) == 1 and stand_in_capture[0].replays == 5  # captured at the 2nd call
+    assert fn.calls == 2 + 5  # warm-up, the capture's run, then only the stand-in's replays
+    assert len({o[0].data_ptr() for o in outs}) == 6  # every call's outputs are its own tensors
+    assert torch.equal(outs[0][0], torch.arange(4.0) * w)  # not overwritten by later calls
+    assert said == []
+
+
+def test_each_shape_is_captured_once_and_a_new_weight_tensor_is_captured_again(stand_in_capture):
+    runner = WholeGraph(lambda a, w: [a * w], static=[1], name="graph 2", on_fallback=lambda *a: None)
+    w = torch.full((3,), 2.0)
+    for n in (3, 3, 5, 5, 3, 5):
+        x = torch.ones(n, 3)
+        assert torch.equal(runner(x, w)[0], x * w)
+    assert len(stand_in_capture) == 2
+    w2 = torch.full((3,), 7.0)
+    for _ in range(3):
+        x = torch.ones(3, 3)
+        assert torch.equal(runner(x, w2)[0], x * w2)
+    assert len(stand_in_capture) == 3  # the shape's graph read the old weight's storage: captured again
+
+
+def test_shapes_past_the_bound_run_uncaptured_and_say_so(stand_in_capture, monkeypatch):
+    from hybrid_trt import whole_graph
+    monkeypatch.setattr(whole_graph, "MAX_GRAPHS", 2)
+    said = []
+    runner = WholeGraph(lambda a: [a * 2], static=[], name="graph 3", on_fallback=lambda *a: said.append(a))
+    for n in (1, 1, 2, 2, 3, 3, 3, 1):
+        x = torch.arange(float(n))
+        assert torch.equal(runner(x)[0], x * 2)
+    assert len(stand_in_capture) == 2
+    assert len(said) == 1 and "2 input shapes captured already" in said[0][0] and said[0][1] is True
+
+
+def test_a_failed_capture_is_said_once_and_that_shape_runs_uncaptured(monkeypatch):
+    from hybrid_trt import whole_graph
+    monkeypatch.setattr(whole_graph, "_CAPTURE_DEVICE", "cpu")
+
+    def failing(*_args):
+        raise RuntimeError("operation not permitted when stream is capturing\nmore")
+    monkeypatch.setattr(whole_graph, "_capture", failing)
+    said = []
+    runner = WholeGraph(lambda a: (a - 1,), static=[], name="graph 4", on_fallback=lambda *a: said.append(a))
+    for k in range(5):
+        x = torch.full((2,), float(k))
+        out = runner(x)
+        assert isinstance(out, tuple) and torch.equal(out[0], x - 1)
+    assert said == [("capture failed: RuntimeError: operation not permitted when stream is capturing", False)]
