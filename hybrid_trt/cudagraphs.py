@@ -5,7 +5,9 @@ trees switched on, exactly as ``torch.compile(mode="reduce-overhead")`` does for
 input shape, recorded after a warm-up call and replayed afterwards; inputs copied into static buffers (weights
 and other static inputs are not copied); outputs living in the graph's memory pool until the next replay.
 Nothing here re-implements capture: this module only decides which delegate calls may be captured, tells
-Inductor, and reports what Inductor did.
+Inductor, and reports what Inductor did. The other runner, ``cuda_graph_runner="whole"``, is whole_graph.py: it
+captures the whole compiled callable itself where that is the whole call, and this module gives it the verdict
+(``_compiled_for_whole_runner``) and the capture checks.
 
 - Each delegate declares whether its engines can be captured on a device (``Delegate.capture_unsafe_reason``).
   Every engine is also probed once at compile time (a partition with symbolic sizes at its size hints), in a
