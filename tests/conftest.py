@@ -78,3 +78,12 @@ def hybrid_logs(caplog):
     """caplog capturing the package logger at WARNING and above."""
     caplog.set_level(logging.WARNING, logger="hybrid_trt")
     return caplog
+
+
+@pytest.fixture
+def no_tf32():
+    """TF32 off for the test (GPU comparisons with eager at float32 tolerances)."""
+    matmul, cudnn = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    yield
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = matmul, cudnn

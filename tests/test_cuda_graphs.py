@@ -228,14 +228,6 @@ cuda_only = pytest.mark.skipif(not (torch.cuda.is_available() and _ort_cuda()),
                                reason="needs a CUDA device and onnxruntime-gpu's CUDA provider")
 
 
-@pytest.fixture
-def no_tf32():
-    matmul, cudnn = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-    yield
-    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = matmul, cudnn
-
-
 def _cuda_model(name="resnet18", dtype=torch.float32, batch=1):
     if name == "resnet18":
         model, x = _small_resnet(), torch.randn(batch, 3, 64, 64)
@@ -416,11 +408,15 @@ def test_bounded_dimension_one_range_engine_under_graphs(no_tf32):
 
 @cuda_only
 def test_two_compiled_models_alternating(no_tf32):
+    two_models_alternating(lambda m: torch.compile(m, backend="hybrid_trt", mode="reduce-overhead"))
+
+
+def two_models_alternating(compile_model):
+    """ResNet-18 and the detector, each compiled by ``compile_model``, called in turn on new inputs."""
     a, xa = _cuda_model("resnet18")
     b, xb = _cuda_model("detector")
     with torch.no_grad():
-        ca = torch.compile(a, backend="hybrid_trt", mode="reduce-overhead")
-        cb = torch.compile(b, backend="hybrid_trt", mode="reduce-overhead")
+        ca, cb = compile_model(a), compile_model(b)
         for step in range(5):
             xa_i, xb_i = xa + step, xb * (1 + 0.1 * step)
             ya = ca(xa_i).clone()

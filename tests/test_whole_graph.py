@@ -18,7 +18,7 @@ from hybrid_trt.options import make_options
 from hybrid_trt.whole_graph import WholeGraph
 
 from _helpers import assert_close
-from test_cuda_graphs import _check, _count_runs, _cuda_model, _small_resnet, _tol, cuda_only, no_tf32  # noqa: F401
+from test_cuda_graphs import _check, _count_runs, _cuda_model, _small_resnet, _tol, cuda_only, two_models_alternating
 
 WHOLE = {"cuda_graphs": True, "cuda_graph_runner": "whole"}
 
@@ -132,15 +132,7 @@ def test_shape_change(dynamic, no_tf32):
 
 @cuda_only
 def test_two_compiled_models_alternating(no_tf32):
-    a, xa = _cuda_model("resnet18")
-    b, xb = _cuda_model("detector")
-    with torch.no_grad():
-        ca, cb = _compiled(a), _compiled(b)
-        for step in range(5):
-            xa_i, xb_i = xa + step, xb * (1 + 0.1 * step)
-            ya, yb = ca(xa_i), cb(xb_i)
-            _check("resnet18", ya, a(xa_i), torch.float32, f"model a, step {step}")
-            _check("detector", yb, b(xb_i), torch.float32, f"model b, step {step}")
+    two_models_alternating(_compiled)
 
 
 @cuda_only
@@ -154,7 +146,7 @@ def test_user_stream(no_tf32):
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
             outs = [compiled(x + i) for i in range(4)]
-            slow = torch.cuda._sleep(1_000_000)  # noqa: F841 - keeps the user stream busy after the calls
+            torch.cuda._sleep(1_000_000)  # keeps the user stream busy before the next call
             last = compiled(x + 9)
         torch.cuda.current_stream().wait_stream(stream)
         for i, out in enumerate(outs):
