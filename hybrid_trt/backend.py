@@ -86,6 +86,9 @@ def _compile_graph(gm: fx.GraphModule, example_inputs, opts: Options, check_weig
                        "grad), so Inductor compiles it alone and nothing is delegated (delegates run inference "
                        "only). For inference, call the model under torch.no_grad() or torch.inference_mode() "
                        "(README, 'Status and limits')", report.graph_index)
+        if opts.cuda_graphs and not opts.inductor_cuda_graphs:  # the whole runner captures inference graphs only
+            report.cuda_graphs = cudagraphs.whole_runner_record(["the graph needs gradients (Inductor alone, "
+                                                                 "uncaptured under the whole runner)"])
         with cudagraphs.compiling(opts):
             return _inductor_alone(gm, example_inputs, opts)
     weights = {i: example_inputs[i] for i in weight_input_indices(example_inputs)}

@@ -65,6 +65,16 @@ def test_cpu_graph_runs_uncaptured_with_one_warning_and_the_reason(hybrid_logs):
     assert "cuda_graph_runner='trees'" in warned[0].getMessage()
 
 
+def test_a_graph_that_needs_gradients_is_reported_uncaptured():
+    model, x = torch.nn.Linear(4, 3), torch.randn(2, 4)
+    compiled = torch.compile(model, backend="hybrid_trt", options=dict(WHOLE))
+    out = compiled(x)
+    out.sum().backward()
+    assert_close(out, model(x), 1e-5, 1e-5, what="forward")
+    record = hybrid_trt.last_report().cuda_graphs
+    assert record.status == "not captured" and "needs gradients" in record.reasons[0], record
+
+
 def test_warm_start_reads_the_verdict_from_the_manifest(tmp_path):
     """The verdict is decided while AOTAutograd compiles; a warm start (no compile) takes it from the graph's
     manifest, so it reports and runs as the cold start did."""
