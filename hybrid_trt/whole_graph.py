@@ -2,9 +2,9 @@
 
 Inductor's CUDA-graph trees (the default runner, cudagraphs.py) capture around anything uncapturable and manage
 outputs across graphs, and they pay for it at every call: on an H100 at fp16 batch 1 a call of Inductor's
-``reduce-overhead`` cost 0.17-0.26 ms more than a bare replay of the same kernels (input copy, replay), and ONNX
-Runtime's own CUDA graph on the whole model sat between the two (``benchmarks/results/cudagraphs_h100.md``,
-session 25). This runner is the bare replay behind Dynamo's frame. Per input signature it runs the callable once
+``reduce-overhead`` cost 0.18-0.36 ms more than a bare replay of the same kernels (input copy, replay), more than
+the kernels ONNX Runtime's own graph of the whole model lost to Inductor's on two of three models
+(``benchmarks/results/cudagraphs_h100.md``, session 25). This runner is the bare replay behind Dynamo's frame. Per input signature it runs the callable once
 uncaptured (lazy set-up: Inductor's first call, each engine's first run), captures it at the next call, and from
 then on a call is: one check that the weights are the tensors captured, one batched copy of the other inputs into
 the graph's input buffers, one replay on the caller's current stream, and one copy of each output. The callable
