@@ -9,6 +9,8 @@ with CUDA graphs, ONNX Runtime on the whole model (CUDA provider) and the same w
 (``enable_cuda_graph``; exported with torch.onnx, the row says so where export or the graph fails). Each callable
 is checked against eager, then all are timed in interleaved rounds (median wall time per call, synchronised).
 Recipe variants (hybrid_cg_mp_recipe, inductor_ro_recipe): their base plus README "Per-call cost"'s guard recipe.
+Whole-runner variants (hybrid_cg_whole, hybrid_cg_mp_whole[_recipe]): ``cuda_graph_runner="whole"``; "CG floor"
+(cg_floor): the model's Inductor compile captured by hand and replayed bare, the least a torch-side call can cost.
 Inductor r-o copy: Inductor `reduce-overhead` on a deep copy of the model, an A/A pair with Inductor r-o (the spread
 between two compiles of one program, in the same rounds).
 TF32 is off everywhere, and so is ONNX Runtime's ``use_tf32`` for float32 models; an fp16 model's session has it
