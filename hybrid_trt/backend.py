@@ -192,7 +192,7 @@ def _compile_graph(gm: fx.GraphModule, example_inputs, opts: Options, check_weig
         print(report.table())
     # (a warm start did not run inner_compile: the positions are AOTAutograd's order, as the cold compile checked)
     positions = compiled_weights or _graph_weights(_lifted_weights(gm), weights)
-    called = _hold(_called_per_call(compiled, per_call, positions, runtimes, opts, report, sorted(weights)),
+    called = _hold(_called_per_call(compiled, per_call, positions, runtimes, opts, report, weights),
                    runtimes)
     return _checked(called, weights, original, report, opts) if runtimes and original is not None else called
 
@@ -244,7 +244,7 @@ def _served_directly(graph: GraphCache, gm: fx.GraphModule, weights: dict, opts:
         return None
     runtimes = list(graph.runtimes.values())
     served = _called_per_call(None, per_call, _graph_weights(_lifted_weights(gm), weights), runtimes, opts, report,
-                              sorted(weights))
+                              weights)
     if served is None:
         return None
     graph.fill_report(report, inductor_cache=False)
@@ -322,10 +322,10 @@ def _per_call_from_json(data) -> dict:
 
 
 def _called_per_call(compiled, per_call: dict, graph_weights: dict, runtimes: list, opts: Options,
-                     report: CompileReport, static: list):
+                     report: CompileReport, weights: dict):
     """The callable Dynamo's frame calls: the direct plan's when there is one (and its runtimes are all here),
     else Inductor's ``compiled`` (None on a warm start that has not consulted Inductor); in the whole runner's
-    CUDA graph when that is on (``static``: the positions of the weights among Dynamo's arguments). Also hands the
+    CUDA graph when that is on (``weights``: Dynamo's argument position -> weight). Also hands the
     baked weights (``graph_weights``: graph input position -> tensor) to the guard filter of this compile."""
     record_baked_weights([graph_weights[i] for i in per_call.get("baked_inputs", ()) if i in graph_weights])
     called = compiled
@@ -339,10 +339,13 @@ def _called_per_call(compiled, per_call: dict, graph_weights: dict, runtimes: li
         called = direct
     if called is None or not (opts.cuda_graphs and opts.cuda_graph_runner == "whole"):
         return called
-    return _whole_graph(called, per_call.get("whole_graph_reasons"), static, report)
+    # A weight whose value lives only inside engines is never read through its pointer: only the others are checked.
+    baked = {id(graph_weights[i]) for i in per_call.get("baked_inputs", ()) if i in graph_weights}
+    read = [i for i, w in weights.items() if id(w) not in baked]
+    return _whole_graph(called, per_call.get("whole_graph_reasons"), sorted(weights), read, report)
 
 
-def _whole_graph(called, reasons, static: list, report: CompileReport):
+def _whole_graph(called, reasons, static: list, read: list, report: CompileReport):
     """``called`` in the whole runner's CUDA graph (whole_graph.py), or as it is where the compile found reasons
     it cannot be captured whole (said once, and in the report)."""
     if reasons is None:
@@ -358,7 +361,7 @@ def _whole_graph(called, reasons, static: list, report: CompileReport):
         record.status = "captured whole for some input shapes" if others_captured else "not captured"
         record.segments = int(others_captured)
         record.reasons = list(dict.fromkeys(record.reasons + [why]))
-    return WholeGraph(called, static, f"graph {report.graph_index}", uncaptured)
+    return WholeGraph(called, static, f"graph {report.graph_index}", uncaptured, checked=read)
 
 
 def _hybrid_graph(gm: fx.GraphModule, weights: dict, n_dynamo_inputs: int, opts: Options,

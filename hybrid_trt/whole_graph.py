@@ -33,11 +33,15 @@ _CAPTURE_DEVICE = "cuda"  # (the CPU tests of the runner's bookkeeping replace t
 class WholeGraph:
     """``fn`` (Dynamo's arguments in, a list or tuple of outputs out) replayed from a CUDA graph per input
     signature. ``static``: positions of arguments whose storage is captured as is (weights: Dynamo's static
-    inputs); every other tensor argument is copied into the graph's own input buffer at each call."""
+    inputs); every other tensor argument is copied into the graph's own input buffer at each call. ``checked``:
+    those of ``static`` whose storage the graph reads (default: all), compared with the captured pointers at each
+    call (a weight baked into an engine is not read through its pointer)."""
 
-    def __init__(self, fn: Callable, static: Sequence[int], name: str, on_fallback: Callable[[str, bool], None]):
+    def __init__(self, fn: Callable, static: Sequence[int], name: str, on_fallback: Callable[[str, bool], None],
+                 checked: Optional[Sequence[int]] = None):
         self._fn = fn
-        self._static = sorted(static)
+        self._not_copied = set(static)
+        self._checked = sorted(static if checked is None else checked)
         self._name = name
         self._on_fallback = on_fallback  # (why, others captured): a signature runs uncaptured (the report's record)
         self._graphs: dict = {}  # signature -> _Captured, or a str: why that signature runs uncaptured
@@ -50,8 +54,8 @@ class WholeGraph:
             self._layout(args)
         key = tuple([args[i].shape for i in self._copied] + [args[i] for i in self._scalars])
         g = self._graphs.get(key)
-        if g.__class__ is _Captured and (not self._static or torch._C._tensors_data_ptrs_at_indices_equal(
-                list(args), g.static_ptrs, self._static)):
+        if g.__class__ is _Captured and (not self._checked or torch._C._tensors_data_ptrs_at_indices_equal(
+                list(args), g.static_ptrs, self._checked)):
             if g.inputs:
                 torch._foreach_copy_(g.inputs, [args[i] for i in self._copied])
             g.graph.replay()
@@ -61,8 +65,7 @@ class WholeGraph:
     # ------------------------------------------------------------------------------------------ slow path
 
     def _layout(self, args) -> None:
-        static = set(self._static)
-        self._copied = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and i not in static]
+        self._copied = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and i not in self._not_copied]
         self._scalars = [i for i, a in enumerate(args) if not isinstance(a, torch.Tensor)]
 
     def _uncaptured_or_capture(self, key, args, g):
@@ -79,7 +82,7 @@ class WholeGraph:
         why = self._why_not(args, g is not None)
         if why is None:
             try:
-                captured = _capture(self._fn, args, self._copied, self._static)
+                captured = _capture(self._fn, args, self._copied, self._checked)
             except Exception as e:  # noqa: BLE001 - a capture failure means: run it uncaptured, and say so
                 why = f"capture failed: {type(e).__name__}: {_first_line(str(e))}"
         if why is not None:

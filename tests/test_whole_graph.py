@@ -337,6 +337,17 @@ def test_each_shape_is_captured_once_and_a_new_weight_tensor_is_captured_again(s
     assert len(stand_in_capture) == 3  # the shape's graph read the old weight's storage: captured again
 
 
+def test_weights_baked_into_engines_are_neither_copied_nor_checked(stand_in_capture):
+    """``checked`` leaves out weights whose values live in engines: their pointers are not compared per call (a
+    new tensor there is the baked-weights check's business, stitch/baked_weights.py) and never copied."""
+    runner = WholeGraph(lambda a, w: [a + 1], static=[1], name="graph 5", on_fallback=lambda *a: None, checked=[])
+    weights = [torch.zeros(3), torch.zeros(3), torch.ones(3), torch.full((3,), 2.0)]
+    for w in weights:
+        assert torch.equal(runner(torch.arange(3.0), w)[0], torch.arange(3.0) + 1)
+    assert len(stand_in_capture) == 1
+    assert stand_in_capture[0].full[1] is weights[1]  # the capture's own argument, not a copy of it
+
+
 def test_shapes_past_the_bound_run_uncaptured_and_say_so(stand_in_capture, monkeypatch):
     from hybrid_trt import whole_graph
     monkeypatch.setattr(whole_graph, "MAX_GRAPHS", 2)
