@@ -374,3 +374,46 @@ def test_a_failed_capture_is_said_once_and_that_shape_runs_uncaptured(monkeypatc
         out = runner(x)
         assert isinstance(out, tuple) and torch.equal(out[0], x - 1)
     assert said == [("capture failed: RuntimeError: operation not permitted when stream is capturing", False)]
+
+
+@pytest.fixture
+def cpu_counts_as_capturable(monkeypatch, stand_in_capture):
+    """The backend's path into the runner on the CPU: the compile-time verdict ignores 'on the CPU' (the one
+    reason a CPU graph has), the capture is the stand-in; the runners the backend makes are collected."""
+    from hybrid_trt import backend
+    original = cudagraphs.blockers
+    monkeypatch.setattr(cudagraphs, "blockers",
+                        lambda gm, plan: [w for w in original(gm, plan) if "on the CPU" not in w])
+    made = []
+
+    class Recorded(WholeGraph):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            made.append(self)
+    monkeypatch.setattr(backend, "WholeGraph", Recorded)
+    return made, stand_in_capture
+
+
+@pytest.mark.parametrize("force_inductor", [(), ("aten.convolution",)], ids=["delegated", "inductor_convs"])
+def test_backend_wraps_the_graph_and_checks_only_the_weights_it_reads(cpu_counts_as_capturable, tmp_path,
+                                                                      force_inductor):
+    made, captures = cpu_counts_as_capturable
+    model = _small_resnet()
+    options = {**WHOLE, "cache_dir": str(tmp_path / "store"), "force_inductor_ops": list(force_inductor)}
+    with torch.no_grad(), torch._inductor.config.patch(fx_graph_cache=True), \
+            torch.compiler.config.patch(cache_key_tag=f"whole-graph-backend-test-{len(force_inductor)}"):
+        for start in ("cold", "warm"):
+            torch._dynamo.reset()
+            compiled = torch.compile(model, backend="hybrid_trt", options=dict(options))
+            for k in range(4):
+                x = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(k))
+                assert_close(compiled(x), model(x), 1e-4, 1e-4, what=f"{start} call {k}")
+            report = hybrid_trt.last_report()
+            assert report.cuda_graphs.status.startswith("captured whole"), report.table()
+    assert len(made) == 2 and len(captures) == 2, (len(made), len(captures))  # one runner, one capture per start
+    n_weights = len(made[0]._not_copied)
+    assert n_weights > 0
+    if force_inductor:  # Inductor's convolutions read their weights through the captured pointers
+        assert 0 < len(made[0]._checked) <= n_weights
+    else:  # every weight is baked into the engine: nothing to compare per call
+        assert made[0]._checked == [] and made[1]._checked == []
