@@ -37,10 +37,10 @@ from .engines.runtime import PartitionRuntime, Policy, engine_store, prepare_run
 from .guards import record_baked_weights
 from .stitch import baked_weights as _baked_weights
 from .stitch import direct as _direct
-from .whole_graph import WholeGraph
 from .stitch.fallback import compile_stitched
 from .stitch.layout import keep_traced_strides, views_to_reshapes
 from .stitch.stitcher import stitch
+from .whole_graph import WholeGraph
 
 
 @dataclasses.dataclass(eq=False)

@@ -4,11 +4,12 @@ Inductor's CUDA-graph trees (the default runner, cudagraphs.py) capture around a
 outputs across graphs, and they pay for it at every call: on an H100 at fp16 batch 1 a call of Inductor's
 ``reduce-overhead`` cost 0.18-0.36 ms more than a bare replay of the same kernels (input copy, replay), more than
 the kernels ONNX Runtime's own graph of the whole model lost to Inductor's on two of three models
-(``benchmarks/results/cudagraphs_h100.md``, session 25). This runner is the bare replay behind Dynamo's frame. Per input signature it runs the callable once
-uncaptured (lazy set-up: Inductor's first call, each engine's first run), captures it at the next call, and from
-then on a call is: one check that the weights are the tensors captured, one batched copy of the other inputs into
-the graph's input buffers, one replay on the caller's current stream, and one copy of each output. The callable
-Dynamo's frame calls is this object; AOTAutograd's and Inductor's wrappers run only while the graph is captured.
+(``benchmarks/results/cudagraphs_h100.md``, session 25). This runner is the bare replay behind Dynamo's frame.
+Per input signature it runs the callable once uncaptured (lazy set-up: Inductor's first call, each engine's first
+run), captures it at the next call, and from then on a call is: one check that the weights the graph reads are
+the tensors captured, one batched copy of the other inputs into the graph's input buffers, one replay on the
+caller's current stream, and one copy of each output. The callable Dynamo's frame calls is this object;
+AOTAutograd's and Inductor's wrappers run only while the graph is captured.
 
 The outputs are the caller's own tensors (copied out of the graph's memory at every call): kept across calls,
 they are never overwritten, unlike ``reduce-overhead``'s. A graph is used only where replaying it is the whole
