@@ -119,7 +119,7 @@ class _Captured:
         return self.container(o.clone() if o.__class__ is torch.Tensor else o for o in self.outputs)
 
 
-def _capture(fn, args, copied: list, static: list) -> _Captured:
+def _capture(fn, args, copied: list, checked: list) -> _Captured:
     """One capture of ``fn`` on input buffers of its own (a clone of each copied argument), checked for nodes a
     replay must not run (cudagraphs._unreplayable). The graph's memory is its own pool."""
     from .cudagraphs import _inspectable_graph, _unreplayable
@@ -144,8 +144,8 @@ def _capture(fn, args, copied: list, static: list) -> _Captured:
         raise RuntimeError(reason)
     if not isinstance(outputs, (list, tuple)):
         raise RuntimeError(f"the compiled callable returned {type(outputs).__name__}, not a list or tuple")
-    ptrs = [None] * len(args)
-    for i in static:
+    ptrs = [None] * len(args)  # by argument position, as _tensors_data_ptrs_at_indices_equal reads them
+    for i in checked:
         ptrs[i] = args[i].data_ptr()
     return _Captured(graph, inputs, list(outputs), ptrs, type(outputs) if type(outputs) in (list, tuple) else list)
 
