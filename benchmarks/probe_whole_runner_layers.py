@@ -12,17 +12,23 @@ objects are found by recording those the backend makes. Each layer is timed alon
 return, the GPU idle before each call), in interleaved rounds:
 
 - **call**: the compiled model's call (Dynamo's frame, guards, the baked-weights check, the runner);
+- **guards**: Dynamo's guard check of the frame alone (its cache entry's guard manager on the call's locals);
 - **runner**: the runner called directly with the arguments of its capture (no Dynamo frame);
 - **pointer check**, **input copy**, **replay**, **output copies**: the runner's four steps alone;
 - **floor replay** and **floor replay, keep_graph**: the bare replay of the floor's graph, both captures.
 
 So call - runner is Dynamo's frame and what wraps the runner; runner - (its steps) is the runner's own Python.
+A cProfile of each variant's calls follows the table (own time: the guard check is counted in the function that
+calls the compiled ``forward``).
 """
 from __future__ import annotations
 
 import argparse
+import cProfile
+import io
 import os
 import platform
+import pstats
 import statistics
 import sys
 import time
@@ -62,6 +68,32 @@ def _runner_steps(runner, args):
     return steps, len(runner._checked), len(runner._copied)
 
 
+def _guard_check(model, x):
+    """Dynamo's guard check of the compiled ``forward`` frame alone (the newest cache entry), or None."""
+    from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+    entries = _debug_get_cache_entry_list(type(model).forward.__code__)
+    if not entries:
+        return None
+    manager, frame_locals = entries[0].guard_manager, {"self": model, "x": x}
+    if not manager.check(frame_locals):
+        return None
+    return lambda: manager.check(frame_locals)
+
+
+def _profile(fn, calls: int) -> str:
+    import torch
+    prof = cProfile.Profile()
+    torch.cuda.synchronize()
+    prof.enable()
+    for _ in range(calls):
+        fn()
+    prof.disable()
+    torch.cuda.synchronize()
+    out = io.StringIO()
+    pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(14)
+    return out.getvalue().split("ncalls", 1)[-1]
+
+
 def _time(fns: dict, rounds: int, calls: int) -> dict:
     import torch
     out = {k: [] for k in fns}
@@ -83,6 +115,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--calls", type=int, default=2000)
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--cprofile-calls", type=int, default=500)
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     import torch
@@ -103,7 +136,7 @@ def main() -> None:
              f"{platform.python_version()}, torch {torch.__version__}; `{' '.join(sys.argv)}`", ""]
     for name in args.models.split(","):
         model, x = bcg._model(name, dtype, args.batch)
-        fns, info = {}, {}
+        fns, info, profiles = {}, {}, {}
         with torch.inference_mode():
             for label, v in (("whole", "hybrid_cg_mp_whole"), ("whole recipe", "hybrid_cg_mp_whole_recipe")):
                 torch._dynamo.reset()
@@ -119,6 +152,10 @@ def main() -> None:
                     lines.append(f"- {name} {label}: no captured runner ({status}); skipped")
                     continue
                 fns[f"{label}: call"] = (lambda f: lambda: f(x))(fn)
+                guards = _guard_check(model, x)
+                if guards is not None:
+                    fns[f"{label}: guards"] = guards
+                profiles[label] = _profile(fns[f"{label}: call"], args.cprofile_calls)
                 steps, n_checked, n_copied = _runner_steps(runner, runner.capture_args)
                 fns.update({f"{label}: {k}": s for k, s in steps.items()})
                 info[label] = (f"{len(runner.capture_args)} frame arguments, {n_checked} pointer-checked, "
@@ -133,7 +170,10 @@ def main() -> None:
         lines += [f"- {k}: {v}" for k, v in info.items()] + [""]
         lines += ["| layer | host ms (median) |", "|---|---|"]
         lines += [f"| {k} | {v:.4f} |" for k, v in times.items()] + [""]
-        print("\n".join(lines[-len(times) - 3:]), flush=True)
+        print("\n".join(lines[-len(times) - len(info) - 6:]), flush=True)
+        for label, text in profiles.items():
+            lines += [f"### {name} {label}: cProfile of {args.cprofile_calls} calls, by own time", "", "```",
+                      "ncalls" + text.rstrip(), "```", ""]
     text = "\n".join(lines) + "\n"
     if args.out:
         with open(args.out, "w") as f:
