@@ -12,7 +12,9 @@ caller's current stream, and one copy of each output. The callable Dynamo's fram
 AOTAutograd's and Inductor's wrappers run only while the graph is captured.
 
 The outputs are the caller's own tensors (copied out of the graph's memory at every call): kept across calls,
-they are never overwritten, unlike ``reduce-overhead``'s. A graph is used only where replaying it is the whole
+they are never overwritten, unlike ``reduce-overhead``'s. Calls from several threads are serialised (a graph has
+one set of input and output buffers); a call on another stream than the last one first waits for the work the
+last call queued on its stream, so no copy into the buffers overtakes a replay still reading them. A graph is used only where replaying it is the whole
 call: no input mutation, no output aliasing an input, no effect tokens or functionalized RNG, no CPU work, no
 data-dependent sizes, every delegate capture-safe (checked at compile time, ``reasons``). Otherwise, and where a
 capture fails at run time, the callable runs uncaptured and the report and one warning say why (the trees runner
@@ -20,6 +22,7 @@ captures the segments around such parts).
 """
 from __future__ import annotations
 
+import threading
 from typing import Callable, Optional, Sequence
 
 import torch
@@ -49,19 +52,30 @@ class WholeGraph:
         self._warmed: set = set()
         self._copied: Optional[list] = None  # positions of the tensors copied in (from the first call's arguments)
         self._scalars: list = []  # positions of non-tensor arguments (symbolic sizes): part of the signature
+        # One call at a time touches the graphs' buffers (threads); the stream the last one queued its work on
+        # (its raw handle, and the stream), which a call on another stream waits for.
+        self._lock = threading.Lock()
+        self._stream_handle: Optional[int] = None
+        self._stream = None
 
     def __call__(self, *args):
         if self._copied is None:
             self._layout(args)
         key = tuple([args[i].shape for i in self._copied] + [args[i] for i in self._scalars])
-        g = self._graphs.get(key)
-        if g.__class__ is _Captured and (not self._checked or torch._C._tensors_data_ptrs_at_indices_equal(
-                list(args), g.static_ptrs, self._checked)):
-            if g.inputs:
-                torch._foreach_copy_(g.inputs, [args[i] for i in self._copied])
-            g.graph.replay()
-            return g.copy_out()
-        return self._uncaptured_or_capture(key, args, g)
+        with self._lock:
+            g = self._graphs.get(key)
+            if g.__class__ is _Captured and (not self._checked or torch._C._tensors_data_ptrs_at_indices_equal(
+                    list(args), g.static_ptrs, self._checked)):
+                if g.device_index is not None and \
+                        torch._C._cuda_getCurrentRawStream(g.device_index) != self._stream_handle:
+                    self._follow_last_call(g.device_index)
+                if g.inputs:
+                    torch._foreach_copy_(g.inputs, [args[i] for i in self._copied])
+                g.graph.replay()
+                return g.copy_out()
+            if not isinstance(g, str):
+                return self._uncaptured_or_capture(key, args, g)
+        return self._fn(*args)  # uncaptured for good: the compiled callable alone, which needs no serialising
 
     # ------------------------------------------------------------------------------------------ slow path
 
@@ -69,9 +83,15 @@ class WholeGraph:
         self._copied = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and i not in self._not_copied]
         self._scalars = [i for i, a in enumerate(args) if not isinstance(a, torch.Tensor)]
 
+    def _follow_last_call(self, device_index: int) -> None:
+        """This call's stream (not the last call's) first waits for what the last call queued on its stream: its
+        output copies must be done before this call's input copy and replay overwrite the graph's buffers."""
+        current = torch.cuda.current_stream(device_index)
+        if self._stream is not None:
+            current.wait_stream(self._stream)
+        self._stream, self._stream_handle = current, current.cuda_stream
+
     def _uncaptured_or_capture(self, key, args, g):
-        if isinstance(g, str):
-            return self._fn(*args)
         if g is not None:  # captured, but a weight is another tensor now: capture again for the new storage
             logger.info("hybrid_trt: %s: a weight's storage changed since its CUDA graph was captured; capturing "
                         "again", self._name)
@@ -93,6 +113,8 @@ class WholeGraph:
             self._on_fallback(why, any(g.__class__ is _Captured for g in self._graphs.values()))
             return self._fn(*args)
         self._graphs[key] = captured
+        if captured.device_index is not None:
+            self._follow_last_call(captured.device_index)
         captured.graph.replay()  # its input buffers hold this call's arguments already
         return captured.copy_out()
 
@@ -109,11 +131,12 @@ class WholeGraph:
 
 
 class _Captured:
-    __slots__ = ("graph", "inputs", "outputs", "static_ptrs", "container")
+    __slots__ = ("graph", "inputs", "outputs", "static_ptrs", "container", "device_index")
 
-    def __init__(self, graph, inputs, outputs, static_ptrs, container):
+    def __init__(self, graph, inputs, outputs, static_ptrs, container, device_index: Optional[int] = None):
         self.graph, self.inputs, self.outputs = graph, inputs, outputs
         self.static_ptrs, self.container = static_ptrs, container
+        self.device_index = device_index  # the CUDA device whose streams calls are ordered on (None: no streams)
 
     def copy_out(self):
         return self.container(o.clone() if o.__class__ is torch.Tensor else o for o in self.outputs)
@@ -147,7 +170,9 @@ def _capture(fn, args, copied: list, checked: list) -> _Captured:
     ptrs = [None] * len(args)  # by argument position, as _tensors_data_ptrs_at_indices_equal reads them
     for i in checked:
         ptrs[i] = args[i].data_ptr()
-    return _Captured(graph, inputs, list(outputs), ptrs, type(outputs) if type(outputs) in (list, tuple) else list)
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return _Captured(graph, inputs, list(outputs), ptrs, type(outputs) if type(outputs) in (list, tuple) else list,
+                     index)
 
 
 def _release_generator(device: torch.device) -> None:

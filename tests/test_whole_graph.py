@@ -3,8 +3,8 @@
 CPU parts run everywhere: the option, the report and the warning where a graph cannot be captured whole, the
 manifest that carries that verdict to a warm start, and the runner's own uncaptured path. The CUDA parts run on a
 GPU machine with onnxruntime-gpu: replays that run no Python delegate code, new inputs, shape changes, two models
-alternating, a user stream, outputs that stay the caller's across calls, a capture that fails at run time, a
-partition that is not capture-safe, and models matching eager.
+alternating, a user stream, calls on two streams and from two threads, outputs that stay the caller's across
+calls, a capture that fails at run time, a partition that is not capture-safe, and models matching eager.
 """
 import logging
 
@@ -163,6 +163,62 @@ def test_user_stream(no_tf32):
             assert_close(out, model(x + i), *_tol(torch.float32), what=f"call {i} on a user stream")
         assert_close(last, model(x + 9), *_tol(torch.float32), what="call after a long kernel on the user stream")
         assert_close(compiled(x), expected, *_tol(torch.float32), what="back on the default stream")
+
+
+@cuda_only
+def test_a_call_on_another_stream_waits_for_the_last_call(no_tf32):
+    """A call on stream A held back by a long kernel, then one on stream B at once: B's input copy must not
+    overwrite the graph's input buffer before A's replay has read it."""
+    model, x = _cuda_model()
+    a, b = torch.cuda.Stream(), torch.cuda.Stream()
+    with torch.no_grad():
+        compiled = _compiled(model)
+        for _ in range(2):  # warm-up, capture
+            compiled(x)
+        xa, xb = x + 1, x - 1
+        expected_a, expected_b = model(xa), model(xb)
+        for s in (a, b):
+            s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(a):
+            torch.cuda._sleep(5_000_000)
+            out_a = compiled(xa)
+        with torch.cuda.stream(b):
+            out_b = compiled(xb)
+        torch.cuda.synchronize()
+        assert_close(out_a, expected_a, *_tol(torch.float32), what="the call on the held-back stream")
+        assert_close(out_b, expected_b, *_tol(torch.float32), what="the call on the other stream")
+
+
+@cuda_only
+def test_two_threads_on_their_own_streams(no_tf32):
+    import threading
+    model, x = _cuda_model()
+    with torch.no_grad():
+        compiled = _compiled(model)
+        for _ in range(2):
+            compiled(x)
+        inputs = {t: [x * (1 + t) + k for k in range(10)] for t in range(2)}
+        expected = {t: [model(xi) for xi in inputs[t]] for t in range(2)}
+        torch.cuda.synchronize()
+        got, errors = {}, []
+
+        def work(t: int):
+            try:
+                stream = torch.cuda.Stream()
+                with torch.no_grad(), torch.cuda.stream(stream):
+                    got[t] = [compiled(xi) for xi in inputs[t]]
+                stream.synchronize()
+            except Exception as e:  # noqa: BLE001 - reported by the assertion below
+                errors.append(e)
+        threads = [threading.Thread(target=work, args=(t,)) for t in range(2)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        assert errors == []
+        for t in range(2):
+            for k, (out, ref) in enumerate(zip(got[t], expected[t])):
+                assert_close(out, ref, *_tol(torch.float32), what=f"thread {t} call {k}")
 
 
 @cuda_only
@@ -358,6 +414,38 @@ def test_shapes_past_the_bound_run_uncaptured_and_say_so(stand_in_capture, monke
         assert torch.equal(runner(x)[0], x * 2)
     assert len(stand_in_capture) == 2
     assert len(said) == 1 and "2 input shapes captured already" in said[0][0] and said[0][1] is True
+
+
+def test_two_threads_calling_one_runner_each_get_their_own_results(stand_in_capture):
+    """A graph has one set of input and output buffers: calls from two threads are serialised, so neither copies
+    its input over the other's while that one replays (the stand-in's replay sleeps, letting the other thread run
+    in the middle of it)."""
+    import threading
+    import time
+    runner = WholeGraph(lambda a: [a * 2], static=[], name="graph 7", on_fallback=lambda *a: None)
+    for _ in range(2):  # warm-up, capture
+        runner(torch.zeros(4))
+    graph = stand_in_capture[0]
+    replay = graph.replay
+
+    def slow_replay():
+        time.sleep(0.001)
+        replay()
+    graph.replay = slow_replay
+    wrong = []
+
+    def work(t: int):
+        for k in range(40):
+            x = torch.full((4,), float(t * 1000 + k))
+            out = runner(x)[0]
+            if not torch.equal(out, x * 2):
+                wrong.append((t, k, float(out[0])))
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(2)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert wrong == [] and graph.replays == 1 + 80, (wrong[:4], graph.replays)
 
 
 def test_a_failed_capture_is_said_once_and_that_shape_runs_uncaptured(monkeypatch):
