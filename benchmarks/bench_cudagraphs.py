@@ -207,7 +207,8 @@ def _compiled(v: str, model, fullgraph: bool = False):
     return _first_call_patched(fn, _RECIPE_PATCH) if v in _RECIPE else fn
 
 
-def _cg_floor(model, x):
+def floor_capture(model, x, keep_graph: bool = False):
+    """The model's Inductor compile (default mode) captured by hand: (graph, its input buffer, its outputs)."""
     import torch
     fn = torch.compile(model, backend="inductor")
     x_static = x.clone()
@@ -217,9 +218,14 @@ def _cg_floor(model, x):
         for _ in range(3):
             fn(x_static)
     torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
+    graph = torch.cuda.CUDAGraph(keep_graph=True) if keep_graph else torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         out = fn(x_static)
+    return graph, x_static, out
+
+
+def _cg_floor(model, x):
+    graph, x_static, out = floor_capture(model, x)
 
     def run(inp_tensor):
         x_static.copy_(inp_tensor)

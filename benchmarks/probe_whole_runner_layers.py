@@ -37,23 +37,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 
-def _floor_graph(model, x, keep_graph: bool):
-    import torch
-    fn = torch.compile(model, backend="inductor")
-    x_static = x.clone()
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(3):
-            fn(x_static)
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph(keep_graph=True) if keep_graph else torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn(x_static)
-    graph.replay()
-    return graph
-
-
 def _runner_steps(runner, args):
     import torch
     g = next(v for v in runner._graphs.values() if v.__class__.__name__ == "_Captured")
@@ -161,8 +144,10 @@ def main() -> None:
                 info[label] = (f"{len(runner.capture_args)} frame arguments, {n_checked} pointer-checked, "
                                f"{n_copied} copied in; {status}")
             torch._dynamo.reset()
-            floor = _floor_graph(model, x, keep_graph=False)
-            floor_keep = _floor_graph(model, x, keep_graph=True)
+            floor = bcg.floor_capture(model, x, keep_graph=False)[0]
+            floor_keep = bcg.floor_capture(model, x, keep_graph=True)[0]
+            floor.replay()
+            floor_keep.replay()
             fns["floor replay"] = floor.replay
             fns["floor replay, keep_graph"] = floor_keep.replay
             times = _time(fns, args.rounds, args.calls)

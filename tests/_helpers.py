@@ -26,3 +26,25 @@ class Collect(logging.Handler):
             warnings.append(record.getMessage())
 logging.getLogger("hybrid_trt").addHandler(Collect())
 """
+
+
+def run_in_threads(work, n: int = 2, timeout: float = 300.0) -> None:
+    """``work(t)`` for t in range(n), each in a thread of its own, all started together; fails when a thread hangs,
+    and raises the first exception a thread raised."""
+    import threading
+    start, errors = threading.Barrier(n), []
+
+    def run(t):
+        try:
+            start.wait()
+            work(t)
+        except BaseException as e:  # noqa: BLE001 - raised again in the caller's thread below
+            errors.append(e)
+    threads = [threading.Thread(target=run, args=(t,)) for t in range(n)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout=timeout)
+    assert not any(th.is_alive() for th in threads), "a thread hung"
+    if errors:
+        raise errors[0]

@@ -11,7 +11,6 @@ import pathlib
 import subprocess
 import sys
 import textwrap
-import threading
 
 import pytest
 import torch
@@ -19,7 +18,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import hybrid_trt
-from _helpers import assert_close
+from _helpers import assert_close, run_in_threads
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -478,24 +477,11 @@ def test_two_threads_share_one_compiled_model(dynamic, hybrid_logs):
         refs = [model(x) for x in inputs]
         fast = torch.compile(model, backend="hybrid_trt", dynamic=dynamic or None)
         fast(torch.randn(4, 3, 16, 16) if dynamic else inputs[0])  # compiled before the threads start
-    start, errors = threading.Barrier(2), []
-
     def worker(t):
-        try:
-            start.wait()
-            with torch.no_grad():
-                for i in range(20):
-                    assert_close(fast(inputs[t]), refs[t], what=f"thread {t} call {i}")
-        except BaseException as e:  # noqa: BLE001 - reported by the main thread
-            errors.append(e)
-
-    threads = [threading.Thread(target=worker, args=(t,)) for t in range(2)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join(timeout=300)
-    assert not any(th.is_alive() for th in threads), "a thread hung"
-    assert not errors, errors[0]
+        with torch.no_grad():
+            for i in range(20):
+                assert_close(fast(inputs[t]), refs[t], what=f"thread {t} call {i}")
+    run_in_threads(worker)
     assert not _fallbacks(hybrid_logs)
 
 

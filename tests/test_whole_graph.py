@@ -17,7 +17,7 @@ from hybrid_trt.delegates import get_delegate
 from hybrid_trt.options import make_options
 from hybrid_trt.whole_graph import WholeGraph
 
-from _helpers import assert_close
+from _helpers import assert_close, run_in_threads
 from test_cuda_graphs import _check, _count_runs, _cuda_model, _small_resnet, _tol, cuda_only, two_models_alternating
 
 WHOLE = {"cuda_graphs": True, "cuda_graph_runner": "whole"}
@@ -191,7 +191,6 @@ def test_a_call_on_another_stream_waits_for_the_last_call(no_tf32):
 
 @cuda_only
 def test_two_threads_on_their_own_streams(no_tf32):
-    import threading
     model, x = _cuda_model()
     with torch.no_grad():
         compiled = _compiled(model)
@@ -200,22 +199,14 @@ def test_two_threads_on_their_own_streams(no_tf32):
         inputs = {t: [x * (1 + t) + k for k in range(10)] for t in range(2)}
         expected = {t: [model(xi) for xi in inputs[t]] for t in range(2)}
         torch.cuda.synchronize()
-        got, errors = {}, []
+        got = {}
 
         def work(t: int):
-            try:
-                stream = torch.cuda.Stream()
-                with torch.no_grad(), torch.cuda.stream(stream):
-                    got[t] = [compiled(xi) for xi in inputs[t]]
-                stream.synchronize()
-            except Exception as e:  # noqa: BLE001 - reported by the assertion below
-                errors.append(e)
-        threads = [threading.Thread(target=work, args=(t,)) for t in range(2)]
-        for th in threads:
-            th.start()
-        for th in threads:
-            th.join()
-        assert errors == []
+            stream = torch.cuda.Stream()
+            with torch.no_grad(), torch.cuda.stream(stream):
+                got[t] = [compiled(xi) for xi in inputs[t]]
+            stream.synchronize()
+        run_in_threads(work)
         for t in range(2):
             for k, (out, ref) in enumerate(zip(got[t], expected[t])):
                 assert_close(out, ref, *_tol(torch.float32), what=f"thread {t} call {k}")
@@ -420,7 +411,6 @@ def test_two_threads_calling_one_runner_each_get_their_own_results(stand_in_capt
     """A graph has one set of input and output buffers: calls from two threads are serialised, so neither copies
     its input over the other's while that one replays (the stand-in's replay sleeps, letting the other thread run
     in the middle of it)."""
-    import threading
     import time
     runner = WholeGraph(lambda a: [a * 2], static=[], name="graph 7", on_fallback=lambda *a: None)
     for _ in range(2):  # warm-up, capture
@@ -440,11 +430,7 @@ def test_two_threads_calling_one_runner_each_get_their_own_results(stand_in_capt
             out = runner(x)[0]
             if not torch.equal(out, x * 2):
                 wrong.append((t, k, float(out[0])))
-    threads = [threading.Thread(target=work, args=(t,)) for t in range(2)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
+    run_in_threads(work)
     assert wrong == [] and graph.replays == 1 + 80, (wrong[:4], graph.replays)
 
 
