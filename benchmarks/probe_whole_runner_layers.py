@@ -115,6 +115,7 @@ def main() -> None:
             made.append(self)
             return super()._uncaptured_or_capture(key, call_args, g)
     backend.WholeGraph = Recorded
+    torch._logging.set_logs(recompiles=True)  # a recompile's reason goes to the log
     lines = [f"Machine: {torch.cuda.get_device_name()}, {os.cpu_count()} CPU cores, Python "
              f"{platform.python_version()}, torch {torch.__version__}; `{' '.join(sys.argv)}`", ""]
     for name in args.models.split(","):
@@ -124,12 +125,17 @@ def main() -> None:
             for label, v in (("whole", "hybrid_cg_mp_whole"), ("whole recipe", "hybrid_cg_mp_whole_recipe")):
                 torch._dynamo.reset()
                 made.clear()
+                frames = torch._dynamo.utils.counters["stats"]["unique_graphs"]
                 fn = bcg._compiled(v, model)
                 for _ in range(4):
                     fn(x)
                 fn = getattr(fn, "compiled", fn)
-                runner = next((r for r in made if any(g.__class__.__name__ == "_Captured"
-                                                      for g in r._graphs.values())), None)
+                # The runner the latest frame calls: a recompile after the first call (outside the recipe's
+                # patch) would serve the calls from a second frame and runner (session 26's H100 reading).
+                captured = [r for r in dict.fromkeys(made) if any(g.__class__.__name__ == "_Captured"
+                                                                  for g in r._graphs.values())]
+                runner = captured[-1] if captured else None
+                frames = torch._dynamo.utils.counters["stats"]["unique_graphs"] - frames
                 status = hybrid_trt.last_report().cuda_graphs.status
                 if runner is None:
                     lines.append(f"- {name} {label}: no captured runner ({status}); skipped")
@@ -142,7 +148,9 @@ def main() -> None:
                 steps, n_checked, n_copied = _runner_steps(runner, runner.capture_args)
                 fns.update({f"{label}: {k}": s for k, s in steps.items()})
                 info[label] = (f"{len(runner.capture_args)} frame arguments, {n_checked} pointer-checked, "
-                               f"{n_copied} copied in; {status}")
+                               f"{n_copied} copied in; {frames} frame(s) compiled, {len(captured)} runner(s) "
+                               f"captured (frame arguments {[len(r.capture_args) for r in captured]}); {status}")
+                print(f"- {name} {label}: {info[label]}", flush=True)
             torch._dynamo.reset()
             floor = bcg.floor_capture(model, x, keep_graph=False)[0]
             floor_keep = bcg.floor_capture(model, x, keep_graph=True)[0]
