@@ -14,11 +14,12 @@ AOTAutograd's and Inductor's wrappers run only while the graph is captured.
 The outputs are the caller's own tensors (copied out of the graph's memory at every call): kept across calls,
 they are never overwritten, unlike ``reduce-overhead``'s. Calls from several threads are serialised (a graph has
 one set of input and output buffers); a call on another stream than the last one first waits for the work the
-last call queued on its stream, so no copy into the buffers overtakes a replay still reading them. A graph is used only where replaying it is the whole
-call: no input mutation, no output aliasing an input, no effect tokens or functionalized RNG, no CPU work, no
-data-dependent sizes, every delegate capture-safe (checked at compile time, ``reasons``). Otherwise, and where a
-capture fails at run time, the callable runs uncaptured and the report and one warning say why (the trees runner
-captures the segments around such parts).
+last call queued on its stream, so no copy into the buffers overtakes a replay still reading them.
+
+A graph is used only where replaying it is the whole call: no input mutation, no output aliasing an input, no
+effect tokens or functionalized RNG, no CPU work, no data-dependent sizes, every delegate capture-safe (checked at
+compile time, ``reasons``). Otherwise, and where a capture fails at run time, the callable runs uncaptured and the
+report and one warning say why (the trees runner captures the segments around such parts).
 """
 from __future__ import annotations
 
