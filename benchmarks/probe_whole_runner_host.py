@@ -8,10 +8,17 @@ Each model (torchvision, random weights, 1x3x32x32 float32) is compiled with a b
 ``WholeGraph`` exactly as hybrid_trt's backend does (its weights, Dynamo's static inputs, as the runner's static
 arguments); the capture is a stand-in that records the buffers and outputs and whose replay does nothing. Prints
 the median wall time of a call after warm-up, and how many arguments Dynamo's frame passes.
+
+    python benchmarks/probe_whole_runner_host.py --baseline OLD_whole_graph.py [--calls 10000]
+
+times the runner's own replay path alone (312 weights pointer-checked, one input copied, the stand-in replay)
+for this tree's ``whole_graph.py`` against an older copy of the file (``git show REV:hybrid_trt/whole_graph.py``),
+in interleaved rounds of one process.
 """
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import platform
 import statistics
@@ -23,20 +30,13 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _RECIPE = {"use_recursive_dict_tags_for_guards": True, "install_free_tensors": True}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--models", default="mobilenet_v3_large,efficientnet_b0")
-    ap.add_argument("--calls", type=int, default=3000)
-    args = ap.parse_args()
-    import torch
-    import torchvision
-    from hybrid_trt import whole_graph
-    from hybrid_trt.capture import weight_input_indices
+class _NoReplay:
+    def replay(self):
+        pass
 
-    class _NoReplay:
-        def replay(self):
-            pass
 
+def _stand_in(whole_graph) -> None:
+    """``whole_graph``'s capture replaced by one that records the buffers and outputs; its replay does nothing."""
     def capture(fn, call_args, copied, static):
         full = list(call_args)
         inputs = []
@@ -49,6 +49,49 @@ def main() -> None:
             ptrs[i] = call_args[i].data_ptr()
         return whole_graph._Captured(_NoReplay(), inputs, outputs, ptrs, list)
     whole_graph._capture, whole_graph._CAPTURE_DEVICE = capture, "cpu"
+
+
+def _runner_ab(baseline: str, calls: int) -> None:
+    import torch
+    from hybrid_trt import whole_graph
+    spec = importlib.util.spec_from_file_location("hybrid_trt.whole_graph_baseline", baseline)
+    old = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(old)
+    weights, x = [torch.randn(8) for _ in range(312)], torch.randn(1, 1000)
+    fns = {}
+    for label, module in (("baseline", old), ("this tree", whole_graph)):
+        _stand_in(module)
+        runner = module.WholeGraph(lambda a, *w: [a * 2], static=list(range(1, 313)), name=label,
+                                   on_fallback=lambda *a: None)
+        for _ in range(3):  # warm-up, capture, one replay
+            runner(x, *weights)
+        fns[label] = (lambda r: lambda: r(x, *weights))(runner)
+    times = {k: [] for k in fns}
+    for _ in range(20):
+        for k, f in fns.items():
+            for _ in range(calls // 20):
+                t0 = time.perf_counter()
+                f()
+                times[k].append(time.perf_counter() - t0)
+    print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}; "
+          f"the runner's replay path alone, median of {calls} calls, baseline {baseline}")
+    for k, v in times.items():
+        print(f"| {k} | {statistics.median(v) * 1e6:.2f} us |")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--models", default="mobilenet_v3_large,efficientnet_b0")
+    ap.add_argument("--calls", type=int, default=3000)
+    ap.add_argument("--baseline", default=None, help="an older whole_graph.py: time the runner alone against it")
+    args = ap.parse_args()
+    if args.baseline:
+        return _runner_ab(args.baseline, args.calls)
+    import torch
+    import torchvision
+    from hybrid_trt import whole_graph
+    from hybrid_trt.capture import weight_input_indices
+    _stand_in(whole_graph)
     passed = {}
 
     def backend(gm, example_inputs):
