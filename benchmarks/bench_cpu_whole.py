@@ -31,6 +31,10 @@ processes; every layer above the session is Python and C++ in the calling thread
                    hybrid_trt's session options (intra-op threads = --threads, inter-op 1, no spinning, full graph
                    optimisation), called with InferenceSession.run on a numpy view of the input
   ort raw          that session on pre-bound buffers (the exporter's graph)
+  deployed         the model exported ahead of time (hybrid_trt.export, options={"num_threads": --threads}) and
+                   loaded back (hybrid_trt.load): no Dynamo frame; the AOTInductor package calls the engine through
+                   its proxy executor. Its session is the package's own (the same optimized model and settings,
+                   loaded from the package), not the one the other hybrid callables share
   ort spin         the same whole model with ONNX Runtime's default spinning, timed in a second phase against
                    hybrid default, hybrid recipe and ort only, with 50 ms of sleep before each call: its workers
                    keep spinning after a run returns and took a core from whatever ran next (in one shared cycle
@@ -159,6 +163,15 @@ def _ort_whole(model, x, threads: int, spinning: bool):
     return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
 
 
+def _deployed(model, x, threads: int):
+    """``model`` exported ahead of time and loaded back, as on a deployment target (docs/export.md)."""
+    import tempfile
+    import hybrid_trt
+    path = os.path.join(tempfile.mkdtemp(prefix="bench_cpu_whole_pkg_"), "model.pkg")
+    hybrid_trt.export(model, (x,), path=path, options={"num_threads": threads})
+    return hybrid_trt.load(path)
+
+
 def _settings(session) -> str:
     so = session.get_session_options()
     return (f"intra {so.intra_op_num_threads}, inter {so.inter_op_num_threads}, spinning "
@@ -257,6 +270,8 @@ def run_model(name: str, threads: int, rounds: int) -> dict:
     whole = _ort_whole(model, x, threads, spinning=False)
     whole_spin = _ort_whole(model, x, threads, spinning=True)
     whole_binding, _held2 = _bind(whole)
+    deployed = _deployed(model, x, threads)
+    out["deployed_err"] = float((deployed(x) - eager).abs().max())
     in_name = whole.get_inputs()[0].name
     out["settings"] = {"hybrid_trt's session": _settings(session), "ORT whole": _settings(whole),
                        "ORT whole spinning": _settings(whole_spin)}
@@ -272,11 +287,13 @@ def run_model(name: str, threads: int, rounds: int) -> dict:
         "raw": lambda: session.run_with_iobinding(binding),
         "ort": lambda: whole.run(None, {in_name: x.numpy()}),
         "ort raw": lambda: whole.run_with_iobinding(whole_binding),
+        "deployed": lambda: deployed(x),
     })
     out["load_before"] = _loadavg()
     with torch.no_grad():
         wall, cpu = _paired(fns, rounds)
         spin = {"hybrid default": fns["hybrid default"], "hybrid recipe": fns["hybrid recipe"], "ort": fns["ort"],
+                "deployed": fns["deployed"],
                 "ort spin": lambda: whole_spin.run(None, {in_name: x.numpy()})}
         out["spin"] = _paired(spin, max(rounds // 4, 10), settle=0.05)[0]
     out["load_after"] = _loadavg()
@@ -301,14 +318,15 @@ def tables(results: list, threads: int, rounds: int) -> list:
              "",
              "| model | fully delegated | per call | graph inputs | ORT whole | hybrid default | **hybrid / ORT "
              "whole** | hybrid recipe | **recipe / ORT whole** | hybrid recipe + free tensors | recipe + free tensors "
-             "/ ORT whole | 2nd phase (50 ms idle before each call): hybrid default, hybrid recipe, ORT whole, "
-             "ORT whole spinning | 2nd phase: hybrid / ORT whole, recipe / ORT whole, hybrid / ORT spinning | "
-             "max abs err hybrid, ORT | load avg before -> after |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "/ ORT whole | deployed (hybrid_trt.load) | **deployed / ORT whole** | 2nd phase (50 ms idle before each "
+             "call): hybrid default, hybrid recipe, deployed, ORT whole, ORT whole spinning | 2nd phase: hybrid / ORT "
+             "whole, recipe / ORT whole, deployed / ORT whole, hybrid / ORT spinning | max abs err hybrid, deployed, "
+             "ORT | load avg before -> after |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         if not r["fully_delegated"]:
             lines.append(f"| {r['name']} | no: {r['delegation']} | {r['per_call']['default']} | "
-                         f"{r['graph_inputs']} | not timed | | | | | | | | | {r['max_err']:.1e} | |")
+                         f"{r['graph_inputs']} | not timed | | | | | | | | | | | {r['max_err']:.1e} | |")
             continue
         w, sp = r["wall"], r["spin"]
         m = {k: _ms(v) for k, v in w.items()}
@@ -317,10 +335,13 @@ def tables(results: list, threads: int, rounds: int) -> list:
             f"{m['ort']:.3f} | {m['hybrid default']:.3f} | **{_ratio(w, 'hybrid default', 'ort'):.3f}** | "
             f"{m['hybrid recipe']:.3f} | **{_ratio(w, 'hybrid recipe', 'ort'):.3f}** | "
             f"{m['hybrid recipe_free_tensors']:.3f} | {_ratio(w, 'hybrid recipe_free_tensors', 'ort'):.3f} | "
-            f"{_ms(sp['hybrid default']):.3f}, {_ms(sp['hybrid recipe']):.3f}, {_ms(sp['ort']):.3f}, "
-            f"{_ms(sp['ort spin']):.3f} | {_ratio(sp, 'hybrid default', 'ort'):.3f}, "
-            f"{_ratio(sp, 'hybrid recipe', 'ort'):.3f}, {_ratio(sp, 'hybrid default', 'ort spin'):.3f} | "
-            f"{r['max_err']:.1e}, {r['ort_err']:.1e} | {r['load_before']} -> {r['load_after']} |")
+            f"{m['deployed']:.3f} | **{_ratio(w, 'deployed', 'ort'):.3f}** | "
+            f"{_ms(sp['hybrid default']):.3f}, {_ms(sp['hybrid recipe']):.3f}, {_ms(sp['deployed']):.3f}, "
+            f"{_ms(sp['ort']):.3f}, {_ms(sp['ort spin']):.3f} | {_ratio(sp, 'hybrid default', 'ort'):.3f}, "
+            f"{_ratio(sp, 'hybrid recipe', 'ort'):.3f}, {_ratio(sp, 'deployed', 'ort'):.3f}, "
+            f"{_ratio(sp, 'hybrid default', 'ort spin'):.3f} | "
+            f"{r['max_err']:.1e}, {r['deployed_err']:.1e}, {r['ort_err']:.1e} | {r['load_before']} -> "
+            f"{r['load_after']} |")
     layers = [("Dynamo frame, default guards", "hybrid default", "graph"),
               ("direct call", "graph", "run"),
               ("(before: Inductor's compiled graph)", "graph inductor", "run"),
