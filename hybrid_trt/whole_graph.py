@@ -35,6 +35,16 @@ MAX_GRAPHS = 8  # captured input signatures per compiled graph; later ones run u
 _CAPTURE_DEVICE = "cuda"  # (the CPU tests of the runner's bookkeeping replace the capture and this)
 
 
+def _data_ptrs_at_indices_equal(tensors: list, ptrs: list, indices: list) -> bool:
+    """What torch._C._tensors_data_ptrs_at_indices_equal does, for builds of torch without CUDA, which lack it
+    (torch 2.13's CPU wheel): there nothing is captured, but the runner's bookkeeping still runs (its tests)."""
+    return all(tensors[i].data_ptr() == ptrs[i] for i in indices)
+
+
+# Resolved once: the per-call check is one C call where torch has it.
+_ptrs_equal = getattr(torch._C, "_tensors_data_ptrs_at_indices_equal", _data_ptrs_at_indices_equal)
+
+
 class WholeGraph:
     """``fn`` (Dynamo's arguments in, a list or tuple of outputs out) replayed from a CUDA graph per input
     signature. ``static``: positions of arguments whose storage is captured as is (weights: Dynamo's static
@@ -65,7 +75,7 @@ class WholeGraph:
         key = tuple([args[i].shape for i in self._copied] + [args[i] for i in self._scalars])
         with self._lock:
             g = self._graphs.get(key)
-            if g.__class__ is _Captured and (not self._checked or torch._C._tensors_data_ptrs_at_indices_equal(
+            if g.__class__ is _Captured and (not self._checked or _ptrs_equal(
                     list(args), g.static_ptrs, self._checked)):
                 if g.device_index is not None and \
                         torch._C._cuda_getCurrentRawStream(g.device_index) != self._stream_handle:
@@ -168,7 +178,7 @@ def _capture(fn, args, copied: list, checked: list) -> _Captured:
         raise RuntimeError(reason)
     if not isinstance(outputs, (list, tuple)):
         raise RuntimeError(f"the compiled callable returned {type(outputs).__name__}, not a list or tuple")
-    ptrs = [None] * len(args)  # by argument position, as _tensors_data_ptrs_at_indices_equal reads them
+    ptrs = [None] * len(args)  # by argument position, as _ptrs_equal reads them
     for i in checked:
         ptrs[i] = args[i].data_ptr()
     index = device.index if device.index is not None else torch.cuda.current_device()

@@ -183,7 +183,8 @@ def test_tf32_off_does_not_reach_fp16_convolutions_and_matmuls(dtype, expected):
             return self.fc(torch.relu(self.conv(x)))
 
     module = ConvMatmul().to(dtype)
-    gm = make_fx(lambda x: (module(x),))(torch.randn(1, 3, 8, 8, dtype=dtype))  # ATen ops, weights as constants
+    with torch.no_grad():  # an inference graph, as partitions are (in grad mode torch 2.13's make_fx adds detach)
+        gm = make_fx(lambda x: (module(x),))(torch.randn(1, 3, 8, 8, dtype=dtype))  # ATen ops, weights as constants
     model, _ = lower_partition(gm, [(1, 3, 8, 8)], [dtype])
     assert {n.op_type for n in model.graph.node} & {"Conv", "MatMul", "Gemm"}
     off = {"tf32_convolutions": False, "tf32_matmul": False}

@@ -352,6 +352,22 @@ def _counting(fn):
     return counted
 
 
+def test_pointer_check_matches_torchs_and_stands_in_where_torch_lacks_it():
+    """CPU-only builds of torch (2.13's wheel) lack torch._C._tensors_data_ptrs_at_indices_equal; the runner then
+    checks the pointers in Python, with the same answers."""
+    from hybrid_trt import whole_graph
+    a, b = torch.zeros(4), torch.ones(2)
+    args, ptrs = [a, 7, b], [a.data_ptr(), None, b.data_ptr()]
+    checks = [whole_graph._data_ptrs_at_indices_equal]
+    if hasattr(torch._C, "_tensors_data_ptrs_at_indices_equal"):
+        checks.append(torch._C._tensors_data_ptrs_at_indices_equal)
+        assert whole_graph._ptrs_equal is torch._C._tensors_data_ptrs_at_indices_equal
+    for check in checks:
+        assert check(args, ptrs, [0, 2]) and check(args, ptrs, [])
+        assert not check([a, 7, b.clone()], ptrs, [0, 2])
+        assert check([a, 7, b.clone()], ptrs, [0])
+
+
 def test_warm_up_then_capture_then_replays_on_copied_inputs(stand_in_capture):
     said = []
     fn = _counting(lambda a, w: [a * w, a + 1])
