@@ -120,7 +120,6 @@ NAN4 = lambda: with_nan(X4(), 0, 5, 14, 15, 20, 35, 36, 43, 71, 100, 107, 215)  
 X3 = lambda seed=0: rn(2, 4, 5, seed=seed)  # noqa: E731
 F64 = torch.float64
 
-# target -> list of cases. Several dtypes where the lowering's dtype set is wider than float32.
 def _torchvision_op(name: str):
     """torchvision's op, or without torchvision a key no registered lowering is tested under."""
     if torchvision is None:
@@ -128,6 +127,7 @@ def _torchvision_op(name: str):
     return getattr(torch.ops.torchvision, name).default
 
 
+# target -> list of cases. Several dtypes where the lowering's dtype set is wider than float32.
 SAMPLES: dict[Any, list[Case]] = {
     # activation.py
     aten.relu.default: [C(T(X3())), C(T(ri(3, 4)), id="int64")],
