@@ -355,13 +355,7 @@ def _whole_graph(called, reasons, static: list, read: list, report: CompileRepor
         logger.warning("hybrid_trt: graph %d runs without CUDA graphs: %s (cuda_graph_runner='trees' captures the "
                        "segments around such parts)", report.graph_index, "; ".join(reasons))
         return called
-    record = report.cuda_graphs
-
-    def uncaptured(why: str, others_captured: bool) -> None:  # a signature the runner could not capture
-        record.status = "captured whole for some input shapes" if others_captured else "not captured"
-        record.segments = int(others_captured)
-        record.reasons = list(dict.fromkeys(record.reasons + [why]))
-    return WholeGraph(called, static, f"graph {report.graph_index}", uncaptured, checked=read)
+    return WholeGraph(called, static, f"graph {report.graph_index}", report.cuda_graphs.uncaptured, checked=read)
 
 
 def _hybrid_graph(gm: fx.GraphModule, weights: dict, n_dynamo_inputs: int, opts: Options,

@@ -132,16 +132,7 @@ def plan_capture(delegated, options) -> CapturePlan:
         logger.warning("hybrid_trt: CUDA graphs are experimental in this version (a process was seen to abort at "
                        "exit after an ONNX Runtime partition ran between captured segments); see the README's "
                        "'CUDA graphs' section before relying on mode='reduce-overhead' / cuda_graphs=True")
-    reasons, to_probe = {}, []
-    for d in delegated:
-        rt = d.runtime
-        reason = rt.delegate.capture_unsafe_reason(rt.device, rt.delegate_options)
-        if reason is not None:
-            reasons[rt.key] = reason
-        elif rt.device.type == "cuda":  # CPU work is Inductor's to keep out of its graphs (it reports it)
-            to_probe.append((rt, [n.meta["val"] for n in d.extracted.tensor_inputs],
-                             [n.meta["val"] for n in d.extracted.size_inputs]))
-    reasons.update({k: r.reason for k, r in probe_engines(to_probe).items() if r.reason is not None})
+    reasons = capture_verdicts(delegated)
     for d in delegated:
         rt = d.runtime
         reason = reasons.get(rt.key)
@@ -150,6 +141,34 @@ def plan_capture(delegated, options) -> CapturePlan:
             d.report.events.append(f"outside CUDA graphs: {reason}")
             logger.info("hybrid_trt: %s runs outside CUDA graphs: %s", rt.name, reason)
     return plan
+
+
+def capture_verdicts(delegated) -> dict:
+    """Engine key -> why that partition's engine cannot be captured (capture-safe partitions are absent): the
+    delegate's declaration, then the capture probe for each CUDA engine declared safe. CPU engines are absent:
+    CPU work is Inductor's to keep out of its graphs (it reports it), and a graph's CPU ops are ``blockers``'."""
+    reasons, to_probe = {}, []
+    for d in delegated:
+        rt = d.runtime
+        reason = rt.delegate.capture_unsafe_reason(rt.device, rt.delegate_options)
+        if reason is not None:
+            reasons[rt.key] = reason
+        elif rt.device.type == "cuda":
+            to_probe.append((rt, [n.meta["val"] for n in d.extracted.tensor_inputs],
+                             [n.meta["val"] for n in d.extracted.size_inputs]))
+    reasons.update({k: r.reason for k, r in probe_engines(to_probe).items() if r.reason is not None})
+    return reasons
+
+
+def package_reasons(delegated, stitched: fx.GraphModule, device: torch.device) -> list:
+    """Why an exported package's graph cannot be replayed whole from one CUDA graph (empty: it can), decided
+    at export, where the engines are built, and kept in its manifest for ``hybrid_trt.load(cuda_graphs=True)``:
+    the partitions' verdicts (declared, and probed in a separate process) and the stitched graph's blockers."""
+    if device.type != "cuda":
+        return ["the package runs on the CPU (CUDA graphs capture CUDA work only)"]
+    partitions = capture_verdicts(delegated)
+    reasons = [f"{d.runtime.name}: {partitions[d.runtime.key]}" for d in delegated if d.runtime.key in partitions]
+    return _dedupe(reasons + list(blockers(stitched, CapturePlan(enabled=True, whole=True))))
 
 
 def probe_engines(entries, time_replay: bool = False) -> dict:

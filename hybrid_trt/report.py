@@ -73,6 +73,12 @@ class CudaGraphRecord:
     segments: int  # captured segments (Inductor graph partitions), 0 when not captured
     reasons: list = dataclasses.field(default_factory=list)  # why not whole: ours and Inductor's
 
+    def uncaptured(self, why: str, others_captured: bool) -> None:
+        """The whole runner's record of an input shape it runs uncaptured (whole_graph.WholeGraph's on_fallback)."""
+        self.status = "captured whole for some input shapes" if others_captured else "not captured"
+        self.segments = int(others_captured)
+        self.reasons = list(dict.fromkeys(self.reasons + [why]))
+
 
 @dataclasses.dataclass
 class CompileReport:

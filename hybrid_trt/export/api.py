@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import json
 import pathlib
 import re
@@ -29,6 +30,7 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 import torch.utils._pytree as pytree
 
+from .. import cudagraphs
 from ..capture.bounds import finite
 from ..engines import ranges as _ranges
 from ..engines.op import run_surfacing_failures
@@ -100,8 +102,9 @@ def export(model: torch.nn.Module, example_inputs, *, dynamic_shapes=None, shape
     export_args = max(cases, key=lambda c: sum(t.numel() for t in c)) if dynamic_shapes is not None else cases[0]
     opts = make_options(options)
     if opts.cuda_graphs:  # (also read by placement="measured", which would time for replays that never happen)
-        raise ExportError("hybrid_trt.export: cuda_graphs is a torch.compile setting; a package runs its graph through "
-                          "AOTInductor without CUDA graphs. Drop cuda_graphs (and HYBRID_TRT_CUDA_GRAPHS) for export")
+        raise ExportError("hybrid_trt.export: cuda_graphs is a torch.compile setting; a package is given CUDA graphs "
+                          "when it is loaded: hybrid_trt.load(path, cuda_graphs=True) (export records whether its "
+                          "graph can be captured). Drop cuda_graphs (and HYBRID_TRT_CUDA_GRAPHS) for export")
     path = pathlib.Path(path)
     pkg.check_replaceable(path)  # before any work: export replaces only a package of its own
     staging = pkg.staging_dir(path)
@@ -122,7 +125,7 @@ def export(model: torch.nn.Module, example_inputs, *, dynamic_shapes=None, shape
         progress("partitioning and building engines", 0, 1)
         report = new_report()
         store_root = staging / pkg.ENGINES
-        stitched, runtimes = _middle(capture, opts, report, store_root, max(len(cases), 1), args)
+        stitched, runtimes, graph_reasons = _middle(capture, opts, report, store_root, max(len(cases), 1), args)
         static = [r for r in runtimes if not r.symbolic]
         symbolic = [r for r in runtimes if r.symbolic]
         total = len(static) + len(symbolic) * len(cases) + 1
@@ -156,6 +159,7 @@ def export(model: torch.nn.Module, example_inputs, *, dynamic_shapes=None, shape
         manifest = _manifest(capture, cases, names, opts, report, partitions, references, runtimes, rtol, atol,
                              time.perf_counter() - t_start, in_spec)
         manifest["custom_ops"] = custom_ops.used(program.graph_module.graph)
+        manifest["cuda_graphs"] = {"reasons": graph_reasons}  # empty: load(cuda_graphs=True) captures it whole
         manifest["plugins"] = list(plugin_registry.callers_of(program.graph_module.graph))
         _prune_store(store_root, partitions)
         manifest["files"] = pkg.file_table(staging)
@@ -182,7 +186,11 @@ def _middle(capture, opts, report, store_root: pathlib.Path, n_shapes: int, exam
                     ranges=dim_ranges(capture, example))
     opts = dataclasses.replace(opts, cache=True, cache_dir=str(store_root), cache_max_bytes=_NO_EVICTION)
     delegated = _hybrid_graph(capture.gm, capture.weights, len(capture.inputs), opts, report, store, policy, {})
-    return _stitched(capture.gm, delegated, capture.inputs, report), [d.runtime for d in delegated]
+    stitched = _stitched(capture.gm, delegated, capture.inputs, report)
+    # Whether a loaded package may replay its whole call from one CUDA graph (load(cuda_graphs=True)) is decided
+    # here, where the engines are: their probe needs them built, and it runs on the machine they were built for.
+    graph_reasons = cudagraphs.package_reasons(delegated, stitched, _device_of(example))
+    return stitched, [d.runtime for d in delegated], graph_reasons
 
 
 def dim_ranges(capture, example: tuple) -> tuple:
@@ -613,11 +621,16 @@ class DeployedModel:
     """A loaded package: call it like the model (its positional inputs, nested as exported, or the tensors
     alone). Holds its partitions' runtimes (the key registry's references are weak) and the AOTInductor model."""
 
-    def __init__(self, package: pkg.Package, aoti, runtimes: list, device: torch.device):
+    def __init__(self, package: pkg.Package, aoti, runtimes: list, device: torch.device, cuda_graphs: bool = False):
         self.package = package
         self.manifest = package.manifest
         self.device = device
         self._aoti = aoti
+        self._run = functools.partial(run_surfacing_failures, aoti)
+        # None unless asked for; then what load(cuda_graphs=True) captures, and why not (report.CudaGraphRecord)
+        self.cuda_graphs = None
+        if cuda_graphs:
+            self._run, self.cuda_graphs = _replayed(self._run, self.manifest, str(package.source))
         self._runtimes = runtimes
         self._out_spec = pytree.treespec_loads(self.manifest["io"]["out_spec"])
         in_spec = self.manifest["io"].get("in_spec")  # nested inputs: a call is flattened by their structure
@@ -672,7 +685,7 @@ class DeployedModel:
         inputs = [t.contiguous() for t in inputs]  # (returns t itself when it is contiguous)
         try:
             with self._call_lock:
-                flat = run_surfacing_failures(self._aoti, *inputs)
+                flat = self._run(*inputs)
         except RuntimeError as e:
             deploy = _deploy_error(e)
             if deploy is not None:
@@ -762,10 +775,16 @@ def _deploy_error(e: RuntimeError):
     return None
 
 
-def load(path, *, device=None) -> DeployedModel:
+def load(path, *, device=None, cuda_graphs: bool = False) -> DeployedModel:
     """Open a package and return a callable that runs the model. Nothing is traced, lowered or built: every
     file is checked against the manifest's checksums, engines are loaded from the package (the runtime in
-    deploy mode refuses any build), and the AOTInductor package is loaded. Raises PackageError."""
+    deploy mode refuses any build), and the AOTInductor package is loaded. Raises PackageError.
+
+    ``cuda_graphs``: replay each input shape's whole call (AOTInductor's kernels and every engine run) from one
+    CUDA graph, captured at its second call (whole_graph.py: outputs are the caller's own tensors). Only where
+    export found the graph capturable (the manifest's ``cuda_graphs`` reasons); otherwise the package runs
+    uncaptured, with one warning saying why, as does a shape whose capture fails. ``model.cuda_graphs`` says
+    which."""
     from ..engines.runtime import Policy, load_runtime
     from ..engines.store import EngineStore
     t0 = time.perf_counter()
@@ -814,14 +833,29 @@ def load(path, *, device=None) -> DeployedModel:
         raise PackageError(f"hybrid_trt package {package.source}: {pkg.missing_ops_text(absent)}", "environment")
     try:
         aoti = _load_aoti(package.aoti_path, device.index if device.type == "cuda" and device.index is not None
-                          else -1)
+                          else -1, single_threaded=cuda_graphs)
     except Exception as e:
         raise PackageError(f"hybrid_trt package {package.source}: the AOTInductor package does not load "
                            f"({type(e).__name__}: {e}); export it again with this torch version", "environment") \
             from e
     logger.info("hybrid_trt: package %s loaded in %.3f s (%d partition(s))", package.source,
                 time.perf_counter() - t0, len(runtimes))
-    return DeployedModel(package, aoti, runtimes, device)
+    return DeployedModel(package, aoti, runtimes, device, cuda_graphs)
+
+
+def _replayed(run: Callable, manifest: dict, source: str):
+    """``run`` (the package's AOTInductor call) in the whole runner's CUDA graph, and the record of what is
+    captured (``DeployedModel.cuda_graphs``); ``run`` itself where export found reasons it cannot be captured."""
+    from ..whole_graph import WholeGraph
+    reasons = (manifest.get("cuda_graphs") or {}).get("reasons")
+    if not isinstance(reasons, list):
+        reasons = ["the package does not say whether its graph can be captured (written by an earlier hybrid_trt): "
+                   "export it again"]
+    record = cudagraphs.whole_runner_record([str(r) for r in reasons])
+    if record.reasons:
+        logger.warning("hybrid_trt: package %s runs without CUDA graphs: %s", source, "; ".join(record.reasons))
+        return run, record
+    return WholeGraph(run, [], f"package {source}", record.uncaptured), record
 
 
 def _raise_on_damage(package: pkg.Package, engines_checked_by_store: bool = False) -> None:
@@ -830,15 +864,18 @@ def _raise_on_damage(package: pkg.Package, engines_checked_by_store: bool = Fals
             raise PackageError(f"hybrid_trt package {package.source}: {check.detail}", check.name)
 
 
-def _load_aoti(path: pathlib.Path, device_index: int):
+def _load_aoti(path: pathlib.Path, device_index: int, single_threaded: bool = False):
     """``aoti_load_package`` without its diagnostic device check, which compiles C++ test programs to find the
     CPU's vector ISA (tens of seconds on a first start with an empty Inductor cache): nothing is compiled on
-    the target, and the manifest's environment (CPU ISA flags included) is what ``verify`` checks."""
+    the target, and the manifest's environment (CPU ISA flags included) is what ``verify`` checks.
+    ``single_threaded``: without the runner's synchronisation between concurrent calls (it queries CUDA events,
+    which a capture forbids: torch's documented setting for CUDA graphs); DeployedModel serialises calls itself."""
     try:
         from torch.export.pt2_archive._package import AOTICompiledModel
-        loader = torch._C._aoti.AOTIModelPackageLoader(str(path), "model", False, 1, device_index)
+        loader = torch._C._aoti.AOTIModelPackageLoader(str(path), "model", single_threaded, 1, device_index)
     except (ImportError, AttributeError, TypeError):  # another torch: its public loader
-        return torch._inductor.aoti_load_package(str(path), device_index=device_index)
+        return torch._inductor.aoti_load_package(str(path), device_index=device_index,
+                                                 run_single_threaded=single_threaded)
     return AOTICompiledModel(loader)
 
 

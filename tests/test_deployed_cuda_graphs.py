@@ -1,0 +1,171 @@
+"""A loaded package in CUDA graphs: ``hybrid_trt.load(path, cuda_graphs=True)``.
+
+Export decides whether the package's graph can be replayed whole (the engines' capture probe, the graph's
+blockers) and keeps the reasons in the manifest; load wraps the AOTInductor call in the whole runner
+(whole_graph.py) where there are none. CPU parts run everywhere: the recorded verdict, the warning and the record
+where a package runs uncaptured, and the whole path from a real CPU package through the runner with its capture
+replaced by a stand-in. The CUDA parts need a GPU with onnxruntime-gpu: replays that run no Python delegate code,
+new inputs, a shape change, two packages alternating, a user stream, outputs kept across calls, fp16.
+"""
+import logging
+
+import pytest
+import torch
+
+import hybrid_trt
+from hybrid_trt import cudagraphs
+from hybrid_trt.export import api
+
+from _helpers import assert_close
+from test_cuda_graphs import _check, _count_runs, _cuda_model, _tol, cuda_only
+from test_whole_graph import stand_in_capture  # noqa: F401 - fixture
+
+CPU_REASON = "the package runs on the CPU (CUDA graphs capture CUDA work only)"
+
+
+def _model():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(),
+                               torch.nn.Conv2d(8, 4, 3, padding=1)).eval()
+
+
+@pytest.fixture(scope="module")
+def cpu_package(tmp_path_factory):
+    model = _model()
+    path = hybrid_trt.export(model, (torch.randn(1, 3, 16, 16),), path=tmp_path_factory.mktemp("cg") / "p.pkg")
+    return model, path
+
+
+def test_export_records_the_verdict_and_a_cpu_package_runs_uncaptured_with_one_warning(cpu_package, hybrid_logs):
+    model, path = cpu_package
+    plain = hybrid_trt.load(path)
+    assert plain.cuda_graphs is None and plain.manifest["cuda_graphs"] == {"reasons": [CPU_REASON]}
+    loaded = hybrid_trt.load(path, cuda_graphs=True)
+    assert loaded.cuda_graphs.status == "not captured" and loaded.cuda_graphs.reasons == [CPU_REASON]
+    warned = [r.getMessage() for r in hybrid_logs.records if r.levelno == logging.WARNING]
+    assert len(warned) == 1 and "runs without CUDA graphs" in warned[0] and CPU_REASON in warned[0], warned
+    with torch.no_grad():
+        for k in range(3):
+            x = torch.randn(1, 3, 16, 16)
+            assert_close(loaded(x), model(x), 1e-5, 1e-5, what=f"call {k}")
+
+
+def test_a_package_without_a_recorded_verdict_runs_uncaptured_and_says_to_export_again(hybrid_logs):
+    run = object()
+    for manifest in ({}, {"cuda_graphs": {}}, {"cuda_graphs": {"reasons": "yes"}}):
+        got, record = api._replayed(run, manifest, "old.pkg")
+        assert got is run and record.status == "not captured"
+        assert "does not say whether its graph can be captured" in record.reasons[0] and "export it again" in \
+            record.reasons[0]
+
+
+def test_a_capturable_package_replays_through_the_runner(cpu_package, stand_in_capture, monkeypatch, tmp_path):
+    """The load path end to end on a real (CPU) package whose manifest clears it, the capture a stand-in: the
+    package's call is warmed up, captured at its second call and replayed after; every output is the caller's
+    own tensor and matches eager; the loader runs single-threaded (torch's setting for CUDA graphs)."""
+    model, _ = cpu_package
+    monkeypatch.setattr(cudagraphs, "package_reasons", lambda *a: [])
+    path = hybrid_trt.export(model, (torch.randn(1, 3, 16, 16),), path=tmp_path / "capturable.pkg")
+    assert hybrid_trt.load(path).manifest["cuda_graphs"] == {"reasons": []}
+    threaded = []
+    load_aoti = api._load_aoti
+    monkeypatch.setattr(api, "_load_aoti", lambda *a, **k: threaded.append(k) or load_aoti(*a, **k))
+    loaded = hybrid_trt.load(path, cuda_graphs=True)
+    assert threaded == [{"single_threaded": True}]
+    assert loaded.cuda_graphs.status.startswith("captured whole") and loaded.cuda_graphs.reasons == []
+    outs = []
+    with torch.no_grad():
+        for k in range(5):
+            x = torch.randn(1, 3, 16, 16)
+            out = loaded(x)
+            assert_close(out, model(x), 1e-5, 1e-5, what=f"call {k}")
+            outs.append((out, model(x)))
+    assert len(stand_in_capture) == 1 and stand_in_capture[0].replays == 1 + 3  # warm-up; capture (and its replay); 3 replays
+    for k, (out, expected) in enumerate(outs):  # kept across calls: never overwritten by a later one
+        assert_close(out, expected, 1e-5, 1e-5, what=f"kept output {k}")
+
+
+# ---------------------------------------------------------------------------------------------- CUDA
+
+
+def _exported(model, example, tmp_path, name, **kwargs):
+    return hybrid_trt.export(model, example, path=tmp_path / name, **kwargs)
+
+
+@cuda_only
+def test_replays_run_no_python_delegate_code_and_compute_on_new_inputs(monkeypatch, tmp_path, no_tf32):
+    model, x = _cuda_model()
+    path = _exported(model, (x,), tmp_path, "resnet.pkg")
+    loaded = hybrid_trt.load(path, cuda_graphs=True)
+    assert loaded.manifest["cuda_graphs"] == {"reasons": []}, loaded.manifest["cuda_graphs"]
+    with torch.no_grad():
+        loaded(x)
+        calls = _count_runs(monkeypatch)
+        loaded(x)  # the capture
+        before = len(calls)
+        for seed in range(4):
+            xi = torch.randn(x.shape, generator=torch.Generator().manual_seed(seed)).cuda()
+            assert_close(loaded(xi), model(xi), *_tol(torch.float32), what=f"replay {seed}")
+        assert len(calls) == before, "replays called the delegate in Python: the graph did not capture it"
+    assert loaded.cuda_graphs.status.startswith("captured whole"), loaded.cuda_graphs
+
+
+@cuda_only
+def test_a_dynamic_package_captures_each_shape(tmp_path, no_tf32):
+    model, x = _cuda_model(batch=2)
+    batch = torch.export.Dim("batch", min=1, max=4)
+    path = _exported(model, (x,), tmp_path, "dynamic.pkg", dynamic_shapes=({0: batch},),
+                     shapes=[{"x": (2, 3, 64, 64)}, {"x": (4, 3, 64, 64)}])
+    loaded = hybrid_trt.load(path, cuda_graphs=True)
+    with torch.no_grad():
+        for b in (2, 4, 2, 4, 2, 4):
+            xi = torch.randn(b, 3, 64, 64, device="cuda")
+            assert_close(loaded(xi), model(xi), *_tol(torch.float32), what=f"batch {b}")
+    assert loaded.cuda_graphs.status.startswith("captured whole"), loaded.cuda_graphs
+
+
+@cuda_only
+def test_two_packages_alternating_and_outputs_kept_across_calls(tmp_path, no_tf32):
+    a, xa = _cuda_model("resnet18")
+    b, xb = _cuda_model("detector")
+    la = hybrid_trt.load(_exported(a, (xa,), tmp_path, "a.pkg"), cuda_graphs=True)
+    lb = hybrid_trt.load(_exported(b, (xb,), tmp_path, "b.pkg"), cuda_graphs=True)
+    kept = []
+    with torch.no_grad():
+        for step in range(5):
+            xa_i, xb_i = xa + step, xb * (1 + 0.1 * step)
+            ya, yb = la(xa_i), lb(xb_i)
+            kept.append((ya, a(xa_i)))
+            _check("detector", yb, b(xb_i), torch.float32, f"package b, step {step}")
+    for step, (got, expected) in enumerate(kept):  # no clone needed: each call's outputs are its own
+        _check("resnet18", got, expected, torch.float32, f"package a, kept output of step {step}")
+    for loaded in (la, lb):
+        assert loaded.cuda_graphs.status.startswith("captured whole"), loaded.cuda_graphs
+
+
+@cuda_only
+def test_user_stream(tmp_path, no_tf32):
+    model, x = _cuda_model()
+    loaded = hybrid_trt.load(_exported(model, (x,), tmp_path, "s.pkg"), cuda_graphs=True)
+    stream = torch.cuda.Stream()
+    with torch.no_grad():
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            outs = [loaded(x + i) for i in range(4)]
+            torch.cuda._sleep(1_000_000)  # keeps the user stream busy before the next call
+            last = loaded(x + 9)
+        torch.cuda.current_stream().wait_stream(stream)
+        for i, out in enumerate(outs):
+            assert_close(out, model(x + i), *_tol(torch.float32), what=f"call {i} on the user stream")
+        assert_close(last, model(x + 9), *_tol(torch.float32), what="call after the busy stream")
+
+
+@cuda_only
+def test_fp16_package_matches_eager(tmp_path):
+    model, x = _cuda_model("resnet18", torch.float16)
+    loaded = hybrid_trt.load(_exported(model, (x,), tmp_path, "h.pkg", rtol=2e-2, atol=2e-2), cuda_graphs=True)
+    with torch.no_grad():
+        for step in range(4):
+            xi = x * (1 + 0.05 * step)
+            assert_close(loaded(xi), model(xi), *_tol(torch.float16), what=f"fp16 call {step}")
+    assert loaded.cuda_graphs.status.startswith("captured whole"), loaded.cuda_graphs
