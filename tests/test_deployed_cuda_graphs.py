@@ -169,3 +169,27 @@ def test_fp16_package_matches_eager(tmp_path):
             xi = x * (1 + 0.05 * step)
             assert_close(loaded(xi), model(xi), *_tol(torch.float16), what=f"fp16 call {step}")
     assert loaded.cuda_graphs.status.startswith("captured whole"), loaded.cuda_graphs
+
+
+def test_the_package_is_called_through_its_loaders_boxed_run(cpu_package, monkeypatch):
+    """AOTICompiledModel's call re-flattens arguments and outputs by their treespecs at every call; a package's
+    are flat, so the loader's boxed_run is called directly (and the model's own call where that cannot be)."""
+    model, path = cpu_package
+    loaded = hybrid_trt.load(path)
+    boxed, real = [], loaded._aoti.loader
+
+    class Loader:  # the real loader, its boxed_run counted
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def boxed_run(self, inputs):
+            boxed.append(len(inputs))
+            return real.boxed_run(inputs)
+    monkeypatch.setattr(loaded._aoti, "loader", Loader())
+    call = api._flat_call(loaded._aoti)
+    x = torch.randn(1, 3, 16, 16)
+    with torch.no_grad():
+        assert_close(call(x)[0], model(x), 1e-5, 1e-5, what="boxed_run")
+    assert boxed == [1]
+    no_loader = object()
+    assert api._flat_call(no_loader) is no_loader
