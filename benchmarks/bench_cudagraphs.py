@@ -44,7 +44,7 @@ CONFIGS = ("fp16:1", "fp32:1", "fp16:16", "fp32:16")
 VARIANTS = ("eager", "inductor", "inductor_ro", "hybrid", "hybrid_cg", "hybrid_mp", "hybrid_cg_mp", "hybrid_nhwc",
             "hybrid_cg_nhwc", "hybrid_mp_nhwc", "hybrid_cg_mp_nhwc", "ort", "ort_cg", "hybrid_cg_mp_recipe",
             "inductor_ro_recipe", "inductor_ro_copy", "inductor_cg_flat", "inductor_cg_flat_recipe", "cg_floor",
-            "hybrid_cg_whole", "hybrid_cg_mp_whole", "hybrid_cg_mp_whole_recipe")
+            "hybrid_cg_whole", "hybrid_cg_mp_whole", "hybrid_cg_mp_whole_recipe", "package", "package_cg")
 LABELS = {"eager": "eager", "inductor": "Inductor", "inductor_ro": "Inductor r-o", "hybrid": "hybrid",
           "hybrid_cg": "hybrid CG", "hybrid_mp": "hybrid MP", "hybrid_cg_mp": "hybrid CG MP",
           "hybrid_nhwc": "hybrid NHWC", "hybrid_cg_nhwc": "hybrid CG NHWC", "hybrid_mp_nhwc": "hybrid MP NHWC",
@@ -53,7 +53,8 @@ LABELS = {"eager": "eager", "inductor": "Inductor", "inductor_ro": "Inductor r-o
           "inductor_ro_copy": "Inductor r-o copy", "inductor_cg_flat": "Inductor CG, no trees",
           "inductor_cg_flat_recipe": "Inductor CG, no trees, recipe", "cg_floor": "CG floor",
           "hybrid_cg_whole": "hybrid CG whole", "hybrid_cg_mp_whole": "hybrid CG MP whole",
-          "hybrid_cg_mp_whole_recipe": "hybrid CG MP whole recipe"}
+          "hybrid_cg_mp_whole_recipe": "hybrid CG MP whole recipe", "package": "package",
+          "package_cg": "package CG"}
 # MP: placement="measured" (hybrid_trt/placement.py): partitions stay delegated only where measured faster.
 # "hybrid CG" pins placement="delegate" (every supported partition delegated, the rows before the default
 # changed); "hybrid CG MP" is what mode="reduce-overhead" does by default on a GPU since then (placement "auto").
@@ -82,6 +83,13 @@ _FLAT_CG = {"triton.cudagraphs": True, "triton.cudagraph_trees": False}
 # "CG floor": a reference only, the least a torch-side graph can cost per call: Inductor's compiled model (default
 # mode) captured by hand with torch.cuda.graph, and each call one input copy and one replay, with no Dynamo frame,
 # no wrapper and no check at all (outputs overwritten by the next call). What any per-call layer is measured against.
+
+
+# "package": the model exported (hybrid_trt.export, default options) and loaded back (hybrid_trt.load): no Dynamo
+# frame, AOTInductor's code around the engines; "package CG": loaded with cuda_graphs=True (each shape's whole call
+# replayed from one CUDA graph, outputs the caller's own, whole_graph.py). The export's own check against eager is
+# loose here (fp16); the table's error column is the benchmark's.
+_PACKAGE_TOL = {"float16": 1e-1, "float32": 1e-2}
 
 
 # ---------------------------------------------------------------------------------------------- child
@@ -237,6 +245,13 @@ def _cg_floor(model, x):
 def _variant(v: str, model, x, ref, workdir: str):
     if v == "cg_floor":
         return _cg_floor(model, x)
+    if v in ("package", "package_cg"):
+        import hybrid_trt
+        path = os.path.join(workdir, "model.pkg")
+        if not os.path.exists(path):
+            tol = _PACKAGE_TOL[str(x.dtype).removeprefix("torch.")]
+            hybrid_trt.export(model, (x,), path=path, rtol=tol, atol=tol)
+        return hybrid_trt.load(path, cuda_graphs=v == "package_cg")
     if v in ("ort", "ort_cg"):
         path = os.path.join(workdir, "whole.onnx")
         if not os.path.exists(path):
@@ -288,6 +303,9 @@ def _run_task(task: dict, args) -> dict:
                 if v in _RECIPE:  # its patched first call is done: time the compiled function itself
                     fn = fn.compiled
                 fns[v] = (lambda f: (lambda: f(x)))(fn)
+                if v == "package_cg" and fn.cuda_graphs is not None:
+                    row.setdefault("whole_status", {})[v] = "; ".join(
+                        [fn.cuda_graphs.status] + fn.cuda_graphs.reasons[:2])
                 if v.startswith("hybrid"):
                     rep = hybrid_trt.last_report()
                     print(rep.table(), file=sys.stderr, flush=True)
@@ -421,7 +439,7 @@ def to_markdown(rows: list, header: str, variants) -> str:
              + " | hybrid CG / Inductor r-o | hybrid CG MP / Inductor r-o | hybrid CG / ORT CG | CUDA graphs (hybrid)"
                " | max rel err (hybrid CG, hybrid CG MP, ORT CG) | compile s (hybrid CG, hybrid CG MP)"
                " | NHWC variants / Inductor r-o, / ORT CG | Inductor r-o copy / Inductor r-o (A/A)"
-               " | whole runner variants / Inductor r-o, / ORT CG (max rel err) |",
+               " | whole runner and package variants / Inductor r-o, / ORT CG (max rel err) |",
              "|" + "---|" * (len(variants) + 12)]
     notes = []
     for r in rows:
@@ -443,7 +461,7 @@ def to_markdown(rows: list, header: str, variants) -> str:
             + f" | {_ratio(ms.get('inductor_ro_copy'), ms.get('inductor_ro'))}"
             + " | " + "; ".join(f"{LABELS[v]} {_ratio(ms.get(v), ms.get('inductor_ro'))}, "
                                 f"{_ratio(ms.get(v), ms.get('ort_cg'))} ({err.get(v, float('nan')):.1e})"
-                                for v in variants if "_whole" in v) + " |")
+                                for v in variants if "_whole" in v or v.startswith("package")) + " |")
         errs = ", ".join(f"{LABELS[v]} {err[v]:.1e}" for v in variants if v.endswith("_nhwc") and v in err)
         if errs:
             notes.append(f"- {r['model']} {r['dtype']} b{r['batch']} max rel err of the NHWC variants: {errs}")
