@@ -7,6 +7,7 @@ where a package runs uncaptured, and the whole path from a real CPU package thro
 replaced by a stand-in. The CUDA parts need a GPU with onnxruntime-gpu: replays that run no Python delegate code,
 new inputs, a shape change, two packages alternating, a user stream, outputs kept across calls, fp16.
 """
+import json
 import logging
 
 import pytest
@@ -193,3 +194,15 @@ def test_the_package_is_called_through_its_loaders_boxed_run(cpu_package, monkey
     assert boxed == [1]
     no_loader = object()
     assert api._flat_call(no_loader) is no_loader
+
+
+def test_inspect_says_and_bench_loads_with_cuda_graphs(cpu_package, capsys):
+    from hybrid_trt.export import cli
+    _, path = cpu_package
+    assert cli.main(["inspect", str(path)]) == 0
+    assert f"CUDA graphs: load(cuda_graphs=True) runs it uncaptured: {CPU_REASON}" in capsys.readouterr().out
+    assert cli.main(["bench", str(path), "--iters", "2", "--warmup", "1", "--cuda-graphs"]) == 0
+    out = capsys.readouterr().out
+    assert f"CUDA graphs: not captured ({CPU_REASON})" in out and "package median ms" in out
+    assert cli.main(["bench", str(path), "--iters", "2", "--warmup", "1", "--cuda-graphs", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["cuda_graphs"]["status"] == "not captured"

@@ -5,7 +5,7 @@
                       [--option KEY=VALUE]
     hybrid-trt inspect PATH [--json]
     hybrid-trt verify PATH [--json]
-    hybrid-trt bench PATH [--model MODULE:FACTORY] [--iters N]
+    hybrid-trt bench PATH [--model MODULE:FACTORY] [--iters N] [--cuda-graphs]
 
 FACTORY is a function of MODULE (an importable module, or a path to a .py file) that returns the model and its
 example inputs (a tensor, or a tuple of tensors and tuples, lists or dicts of tensors). Exit codes: 0 success;
@@ -104,6 +104,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--model", metavar="MODULE:FACTORY", help="the model's factory, to time eager PyTorch too")
     p.add_argument("--iters", type=int, default=50, help="timed calls per input shape (default 50)")
     p.add_argument("--warmup", type=int, default=5, help="untimed calls first (default 5)")
+    p.add_argument("--cuda-graphs", action="store_true",
+                   help="load with cuda_graphs=True (each shape's call replayed from one CUDA graph)")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     _import_argument(p)
     p.set_defaults(run=_bench)
@@ -468,6 +470,10 @@ def _inspect(args) -> int:
     if ops:  # hybrid_trt's own ops are registered by importing it (load imports its plugins itself)
         print("custom ops (import their modules before loading): " + ", ".join(
             f"{op['op']} ({op['module'] or 'module unknown'})" for op in ops))
+    reasons = (m.get("cuda_graphs") or {}).get("reasons")
+    print("CUDA graphs: " + ("not recorded (an earlier hybrid_trt wrote the package)" if reasons is None else
+                             "load(cuda_graphs=True) captures each shape's whole call" if not reasons else
+                             "load(cuda_graphs=True) runs it uncaptured: " + "; ".join(reasons)))
     options = {k: v for k, v in m.get("options", {}).items() if v not in (None, [], False)}
     print("options: " + ", ".join(f"{k}={v}" for k, v in options.items()))
     if m.get("report_text"):
@@ -566,7 +572,7 @@ def _bench(args) -> int:
     for module in args.imports:
         import_user_module(module)
     try:
-        model = load(args.path)
+        model = load(args.path, cuda_graphs=args.cuda_graphs)
     except PackageError as e:
         print(f"hybrid-trt bench: error: {e} (run 'hybrid-trt verify {args.path}')", file=sys.stderr)
         return e.exit_code
@@ -587,9 +593,13 @@ def _bench(args) -> int:
                                  f"{ref['input_shapes']} ({type(e).__name__}: {e}); is it the exported model?") from e
             row["speedup"] = row["eager"]["median_ms"] / row["package"]["median_ms"]
         results.append(row)
+    graphs = model.cuda_graphs
     if args.json:
-        print(json.dumps(results, indent=1))
+        print(json.dumps(results if graphs is None else {"results": results, "cuda_graphs": dataclasses.asdict(graphs)},
+                         indent=1))
         return 0
+    if graphs is not None:
+        print(f"CUDA graphs: {graphs.status}" + (f" ({'; '.join(graphs.reasons)})" if graphs.reasons else ""))
     header = ("input shapes", "package median ms", "p10", "p90", "p99")
     rows = [header + (("eager median ms", "speedup") if eager is not None else ())]
     for r in results:
