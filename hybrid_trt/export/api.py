@@ -862,7 +862,8 @@ def _flat_call(aoti) -> Callable:
     """The AOTInductor model as a call on the input tensors returning its flat outputs: its loader's
     ``boxed_run`` where its inputs are the positional tensors and its outputs a flat tuple or list (as a package's
     are), ``aoti`` itself otherwise. AOTICompiledModel's own call flattens the arguments and unflattens the
-    outputs by their treespecs at every call: 17 of its 43 us on the 2-core CPU (a one-conv package)."""
+    outputs by their treespecs at every call: 25 of its 69 us on the 2-core CPU (a one-conv package,
+    benchmarks/bench_package_call.py)."""
     loader = getattr(aoti, "loader", None)
     run = getattr(loader, "boxed_run", None)
     try:
