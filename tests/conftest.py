@@ -87,3 +87,37 @@ def no_tf32():
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     yield
     torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = matmul, cudnn
+
+
+class _StandInGraph:
+    def __init__(self, fn, full, outputs):
+        self.fn, self.full, self.outputs, self.replays = fn, full, outputs, 0
+
+    def replay(self):
+        self.replays += 1
+        for o, r in zip(self.outputs, self.fn(*self.full)):
+            o.copy_(r)
+
+
+@pytest.fixture
+def stand_in_capture(monkeypatch):
+    """The whole runner (whole_graph.py) on the CPU: its capture replaced by a stand-in that runs the callable
+    at each replay into the captured outputs; the captures made, in order."""
+    from hybrid_trt import whole_graph
+    captures = []
+
+    def capture(fn, args, copied, static):
+        full = list(args)
+        inputs = []
+        for i in copied:
+            full[i] = args[i].clone()
+            inputs.append(full[i])
+        outputs = [t.clone() for t in fn(*full)]
+        ptrs = [None] * len(args)
+        for i in static:
+            ptrs[i] = args[i].data_ptr()
+        captures.append(_StandInGraph(fn, full, outputs))
+        return whole_graph._Captured(captures[-1], inputs, outputs, ptrs, list)
+    monkeypatch.setattr(whole_graph, "_capture", capture)
+    monkeypatch.setattr(whole_graph, "_CAPTURE_DEVICE", "cpu")
+    return captures

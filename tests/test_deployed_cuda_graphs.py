@@ -19,7 +19,7 @@ from hybrid_trt.export import api
 
 from _helpers import assert_close
 from test_cuda_graphs import _check, _count_runs, _cuda_model, _tol, cuda_only
-from test_whole_graph import stand_in_capture  # noqa: F401 - fixture
+from test_whole_graph import calls_on_a_user_stream
 
 CPU_REASON = "the package runs on the CPU (CUDA graphs capture CUDA work only)"
 
@@ -148,17 +148,8 @@ def test_two_packages_alternating_and_outputs_kept_across_calls(tmp_path, no_tf3
 def test_user_stream(tmp_path, no_tf32):
     model, x = _cuda_model()
     loaded = hybrid_trt.load(_exported(model, (x,), tmp_path, "s.pkg"), cuda_graphs=True)
-    stream = torch.cuda.Stream()
     with torch.no_grad():
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            outs = [loaded(x + i) for i in range(4)]
-            torch.cuda._sleep(1_000_000)  # keeps the user stream busy before the next call
-            last = loaded(x + 9)
-        torch.cuda.current_stream().wait_stream(stream)
-        for i, out in enumerate(outs):
-            assert_close(out, model(x + i), *_tol(torch.float32), what=f"call {i} on the user stream")
-        assert_close(last, model(x + 9), *_tol(torch.float32), what="call after the busy stream")
+        calls_on_a_user_stream(loaded, model, x)
 
 
 @cuda_only

@@ -149,20 +149,25 @@ def test_two_compiled_models_alternating(no_tf32):
 def test_user_stream(no_tf32):
     """The replay, the input copy and the output copies are all on the caller's current stream."""
     model, x = _cuda_model()
-    stream = torch.cuda.Stream()
     with torch.no_grad():
-        compiled = _compiled(model)
-        expected = model(x)
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            outs = [compiled(x + i) for i in range(4)]
-            torch.cuda._sleep(1_000_000)  # keeps the user stream busy before the next call
-            last = compiled(x + 9)
-        torch.cuda.current_stream().wait_stream(stream)
-        for i, out in enumerate(outs):
-            assert_close(out, model(x + i), *_tol(torch.float32), what=f"call {i} on a user stream")
-        assert_close(last, model(x + 9), *_tol(torch.float32), what="call after a long kernel on the user stream")
-        assert_close(compiled(x), expected, *_tol(torch.float32), what="back on the default stream")
+        calls_on_a_user_stream(_compiled(model), model, x)
+
+
+def calls_on_a_user_stream(call, model, x):
+    """``call`` (``model`` in a CUDA graph) on a user stream, one call after a long kernel there, then one on the
+    default stream, each against eager."""
+    stream = torch.cuda.Stream()
+    expected = model(x)
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        outs = [call(x + i) for i in range(4)]
+        torch.cuda._sleep(1_000_000)  # keeps the user stream busy before the next call
+        last = call(x + 9)
+    torch.cuda.current_stream().wait_stream(stream)
+    for i, out in enumerate(outs):
+        assert_close(out, model(x + i), *_tol(torch.float32), what=f"call {i} on a user stream")
+    assert_close(last, model(x + 9), *_tol(torch.float32), what="call after a long kernel on the user stream")
+    assert_close(call(x), expected, *_tol(torch.float32), what="back on the default stream")
 
 
 @cuda_only
@@ -310,38 +315,6 @@ def test_lidar_example_runs_uncaptured_with_the_reason():
 # ---------------------------------------------------------------------------------------------- bookkeeping (CPU)
 # The runner's decisions (warm-up, capture, replay, re-capture, the bound, failures) with the capture replaced by
 # a stand-in whose "replay" recomputes the captured call on the captured buffers, so they run without a GPU.
-
-
-class _StandInGraph:
-    def __init__(self, fn, full, outputs):
-        self.fn, self.full, self.outputs, self.replays = fn, full, outputs, 0
-
-    def replay(self):
-        self.replays += 1
-        for o, r in zip(self.outputs, self.fn(*self.full)):
-            o.copy_(r)
-
-
-@pytest.fixture
-def stand_in_capture(monkeypatch):
-    from hybrid_trt import whole_graph
-    captures = []
-
-    def capture(fn, args, copied, static):
-        full = list(args)
-        inputs = []
-        for i in copied:
-            full[i] = args[i].clone()
-            inputs.append(full[i])
-        outputs = [t.clone() for t in fn(*full)]
-        ptrs = [None] * len(args)
-        for i in static:
-            ptrs[i] = args[i].data_ptr()
-        captures.append(_StandInGraph(fn, full, outputs))
-        return whole_graph._Captured(captures[-1], inputs, outputs, ptrs, list)
-    monkeypatch.setattr(whole_graph, "_capture", capture)
-    monkeypatch.setattr(whole_graph, "_CAPTURE_DEVICE", "cpu")
-    return captures
 
 
 def _counting(fn):
