@@ -119,14 +119,21 @@ def test_replays_run_no_python_delegate_code_and_compute_on_new_inputs(monkeypat
         compiled(x)
         assert hybrid_trt.last_report().cuda_graphs.status.startswith("captured whole"), \
             hybrid_trt.last_report().table()
-        calls = _count_runs(monkeypatch)
-        compiled(x)  # the capture
-        before = len(calls)
-        for seed in range(4):
-            xi = torch.randn(x.shape, generator=torch.Generator().manual_seed(seed)).cuda()
-            assert_close(compiled(xi), model(xi), *_tol(torch.float32), what=f"replay {seed}")
-        assert len(calls) == before, "replays called the delegate in Python: the graph did not capture it"
+        replays_run_no_python_delegate_code(compiled, model, x, monkeypatch)
     assert hybrid_trt.last_report().cuda_graphs.status.startswith("captured whole")
+
+
+def replays_run_no_python_delegate_code(call, model, x, monkeypatch):
+    """After its first call (warm-up), ``call``'s second captures a graph in which a delegate ran; later calls on
+    new inputs are replays that match eager without running a delegate in Python."""
+    calls = _count_runs(monkeypatch)
+    call(x)  # the capture
+    before = len(calls)
+    assert before > 0, "no delegate ran while the graph was captured"
+    for seed in range(4):
+        xi = torch.randn(x.shape, generator=torch.Generator().manual_seed(seed)).cuda()
+        assert_close(call(xi), model(xi), *_tol(torch.float32), what=f"replay {seed}")
+    assert len(calls) == before, "replays called the delegate in Python: the graph did not capture it"
 
 
 @cuda_only
