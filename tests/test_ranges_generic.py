@@ -113,8 +113,8 @@ POINTS = [(1, 4, 4), (2, 8, 8), (4, 12, 12), (3, 7, 11)]
 def _export_middle(model, dynamic, tmp_path):
     example = torch.randn(2, 3, 8, 8)
     capture = capture_export(model, (example,), dynamic_shapes=(dynamic,))
-    stitched, runtimes = _middle(capture, make_options({"num_threads": 1}), new_report(),
-                                 pathlib.Path(tmp_path) / "store", 1, (example,))
+    stitched, runtimes, _graph_reasons = _middle(capture, make_options({"num_threads": 1}), new_report(),
+                                                 pathlib.Path(tmp_path) / "store", 1, (example,))
     return capture, stitched, runtimes
 
 
