@@ -166,7 +166,11 @@ def package_reasons(delegated, stitched: fx.GraphModule, device: torch.device) -
     the partitions' verdicts (declared, and probed in a separate process) and the stitched graph's blockers."""
     if device.type != "cuda":
         return ["the package runs on the CPU (CUDA graphs capture CUDA work only)"]
-    partitions = capture_verdicts(delegated)
+    try:
+        partitions = capture_verdicts(delegated)
+    except Exception as e:  # noqa: BLE001 - the check failing never fails the export: the package runs uncaptured
+        logger.warning("hybrid_trt: could not check whether the package can be captured in CUDA graphs: %s", _text(e))
+        return [f"the capture check failed at export: {_text(e)}"]
     reasons = [f"{d.runtime.name}: {partitions[d.runtime.key]}" for d in delegated if d.runtime.key in partitions]
     return _dedupe(reasons + list(blockers(stitched, CapturePlan(enabled=True, whole=True))))
 

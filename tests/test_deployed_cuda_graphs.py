@@ -193,3 +193,16 @@ def test_inspect_says_and_bench_loads_with_cuda_graphs(cpu_package, capsys):
     assert f"CUDA graphs: not captured ({CPU_REASON})" in out and "package median ms" in out
     assert cli.main(["bench", str(path), "--iters", "2", "--warmup", "1", "--cuda-graphs", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["cuda_graphs"]["status"] == "not captured"
+
+
+def test_a_failing_capture_check_never_fails_the_export(monkeypatch, hybrid_logs):
+    """Export decides capturability on the GPU it builds on (the engines' probe in a separate process); if that
+    check itself fails, the package is written all the same and runs uncaptured, saying why."""
+    def broken(_delegated):
+        raise OSError("no space left for the probe's bundle")
+    monkeypatch.setattr(cudagraphs, "capture_verdicts", broken)
+    gm = torch.fx.symbolic_trace(torch.nn.ReLU())
+    reasons = cudagraphs.package_reasons([], gm, torch.device("cuda"))
+    assert reasons == ["the capture check failed at export: OSError: no space left for the probe's bundle"]
+    assert any("could not check whether the package can be captured" in r.getMessage()
+               for r in hybrid_logs.records)
