@@ -206,3 +206,23 @@ def test_a_failing_capture_check_never_fails_the_export(monkeypatch, hybrid_logs
     assert reasons == ["the capture check failed at export: OSError: no space left for the probe's bundle"]
     assert any("could not check whether the package can be captured" in r.getMessage()
                for r in hybrid_logs.records)
+
+
+def test_verify_with_cuda_graphs_runs_the_references_captured_and_says_whether_they_were(
+        cpu_package, stand_in_capture, monkeypatch, tmp_path, capsys):
+    """``hybrid-trt verify --cuda-graphs``: each reference input uncaptured, captured and replayed, every output
+    against the stored one; a package that would run uncaptured fails with its own exit code (8), naming why."""
+    from hybrid_trt.export import cli
+    model, path = cpu_package
+    assert cli.main(["verify", str(path)]) == 0
+    assert "cuda_graphs" not in capsys.readouterr().out
+    assert cli.main(["verify", str(path), "--cuda-graphs"]) == 8
+    out = capsys.readouterr().out
+    assert "PASS  reference" in out and "each uncaptured, captured and replayed" in out, out
+    assert f"FAIL  cuda_graphs  not captured: {CPU_REASON}" in out and "exit code 8" in out, out
+    monkeypatch.setattr(cudagraphs, "package_reasons", lambda *a: [])
+    cleared = hybrid_trt.export(model, (torch.randn(1, 3, 16, 16),), path=tmp_path / "cleared.pkg")
+    assert cli.main(["verify", str(cleared), "--cuda-graphs", "--json"]) == 0
+    checks = {c["check"]: c for c in json.loads(capsys.readouterr().out)["checks"]}
+    assert checks["cuda_graphs"]["verdict"] == "PASS" and checks["cuda_graphs"]["detail"].startswith("captured whole")
+    assert len(stand_in_capture) == 1 and stand_in_capture[0].replays == 2  # the capture's replay, then one more

@@ -4,7 +4,7 @@
                       [--dynamic NAME:DIM[=[SYMBOL:]MIN:MAX]]
                       [--option KEY=VALUE]
     hybrid-trt inspect PATH [--json]
-    hybrid-trt verify PATH [--json]
+    hybrid-trt verify PATH [--json] [--cuda-graphs]
     hybrid-trt bench PATH [--model MODULE:FACTORY] [--iters N] [--cuda-graphs]
 
 FACTORY is a function of MODULE (an importable module, or a path to a .py file) that returns the model and its
@@ -94,6 +94,9 @@ def _parser() -> argparse.ArgumentParser:
                        "5 checksum mismatch, 6 version/architecture mismatch, 7 reference outputs).")
     p.add_argument("path", metavar="PATH", help="package directory or .zip/.tar/.tgz file")
     p.add_argument("--json", action="store_true", help="print the verdicts as JSON")
+    p.add_argument("--cuda-graphs", action="store_true",
+                   help="run the reference inputs as load(cuda_graphs=True) does (uncaptured, captured, replayed) "
+                        "and check that each shape was captured (exit code 8 otherwise)")
     _import_argument(p)
     p.set_defaults(run=_verify)
 
@@ -497,8 +500,10 @@ def _bytes(n: int) -> str:
 # ---------------------------------------------------------------------------------------------- verify
 
 
-def verify(path) -> list:
-    """Every check of a package, in order: manifest, files, checksums, environment, reference."""
+def verify(path, cuda_graphs: bool = False) -> list:
+    """Every check of a package, in order: manifest, files, checksums, environment, reference; with
+    ``cuda_graphs``, the reference inputs run as ``load(cuda_graphs=True)`` runs them (each shape's uncaptured
+    first call, its capture, a replay: every output checked), then whether each shape was captured."""
     from .package import Check, PackageError, check_environment, check_files, open_package
     try:
         package = open_package(path)
@@ -510,43 +515,57 @@ def verify(path) -> list:
     checks.append(check_environment(package))
     if not all(c.passed for c in checks[1:3]):
         checks.append(Check("reference", None, "not run: the package's files are not intact"))
+        if cuda_graphs:
+            checks.append(Check("cuda_graphs", None, "not run: the package's files are not intact"))
     else:
-        checks.append(_check_reference(package))
+        checks += _check_reference(package, cuda_graphs)
     return checks
 
 
-def _check_reference(package):
+def _check_reference(package, cuda_graphs: bool) -> list:
     import torch
     from .api import compare_outputs, load, _flat_outputs
     from .package import Check
     m = package.manifest
+    graphs_not_run = [Check("cuda_graphs", None, "not run: the reference check failed")] if cuda_graphs else []
     try:
-        model = load(package)  # the package opened here: not extracted again, and errors name its source
+        # the package opened here: not extracted again, and errors name its source
+        model = load(package, cuda_graphs=cuda_graphs)
     except Exception as e:  # noqa: BLE001 - reported as this check's verdict
-        return Check("reference", False, f"the package does not load: {type(e).__name__}: {e}")
+        return [Check("reference", False, f"the package does not load: {type(e).__name__}: {e}")] + graphs_not_run
     tol = m.get("tolerance", {})
     rtol, atol = tol.get("rtol", 1e-3), tol.get("atol", 1e-4)
+    runs = ("first call", "capture", "replay") if cuda_graphs else ("call",)
     for ref in m["reference"]:
         data = torch.load(package.root / ref["file"], weights_only=True)
         inputs = [t.to(model.device) for t in data["inputs"]]
-        try:
-            with torch.no_grad():
-                got = _flat_outputs(model(*inputs))
-        except Exception as e:  # noqa: BLE001
-            return Check("reference", False, f"input shapes {ref['input_shapes']} fail to run: "
-                         f"{type(e).__name__}: {e}")
-        problem = compare_outputs(got, data["outputs"], rtol, atol)
-        if problem:
-            return Check("reference", False, f"input shapes {ref['input_shapes']}: outputs differ from the stored "
-                         f"ones: {problem}. The engines or this machine compute differently: do not deploy; "
-                         "export again on a machine like this one")
-    return Check("reference", True, f"{len(m['reference'])} reference case(s) match (rtol {rtol}, atol {atol})")
+        for run in runs:
+            try:
+                with torch.no_grad():
+                    got = _flat_outputs(model(*inputs))
+            except Exception as e:  # noqa: BLE001
+                return [Check("reference", False, f"input shapes {ref['input_shapes']} fail to run"
+                              + (f" ({run})" if cuda_graphs else "") + f": {type(e).__name__}: {e}")] + graphs_not_run
+            problem = compare_outputs(got, data["outputs"], rtol, atol)
+            if problem:
+                return [Check("reference", False, f"input shapes {ref['input_shapes']}"
+                              + (f" ({run})" if cuda_graphs else "") + f": outputs differ from the stored ones: "
+                              f"{problem}. The engines or this machine compute differently: do not deploy; export "
+                              "again on a machine like this one")] + graphs_not_run
+    checks = [Check("reference", True, f"{len(m['reference'])} reference case(s) match (rtol {rtol}, atol {atol})"
+                    + (", each uncaptured, captured and replayed" if cuda_graphs else ""))]
+    if cuda_graphs:
+        record = model.cuda_graphs
+        captured = record.status.startswith("captured whole") and not record.reasons
+        checks.append(Check("cuda_graphs", captured, record.status + (f": {'; '.join(record.reasons)}"
+                                                                      if record.reasons else "")))
+    return checks
 
 
 def _verify(args) -> int:
     for module in args.imports:
         import_user_module(module)
-    checks = verify(args.path)
+    checks = verify(args.path, cuda_graphs=args.cuda_graphs)
     code = next((c.exit_code for c in checks if c.passed is False), 0)
     if args.json:
         print(json.dumps({"path": str(args.path), "exit_code": code,

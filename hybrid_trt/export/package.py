@@ -49,6 +49,7 @@ EXIT_CODES = {
     "checksums": 5,  # a file's content differs from the manifest (tampered or damaged)
     "environment": 6,  # versions or GPU architecture of this machine differ from the package's
     "reference": 7,  # the reference inputs do not run, or their outputs differ from the stored ones
+    "cuda_graphs": 8,  # verify --cuda-graphs: a reference shape was not captured in a CUDA graph
 }
 
 
