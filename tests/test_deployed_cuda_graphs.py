@@ -37,6 +37,17 @@ def cpu_package(tmp_path_factory):
     return model, path
 
 
+@pytest.fixture(scope="module")
+def cleared_package(cpu_package, tmp_path_factory):
+    """The same model exported with its manifest clearing it for capture (as a capturable CUDA package's does),
+    for the runner's path on the CPU with the stand-in capture."""
+    model, _ = cpu_package
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(cudagraphs, "package_reasons", lambda *a: [])
+        path = hybrid_trt.export(model, (torch.randn(1, 3, 16, 16),), path=tmp_path_factory.mktemp("cg") / "c.pkg")
+    return model, path
+
+
 def test_export_records_the_verdict_and_a_cpu_package_runs_uncaptured_with_one_warning(cpu_package, hybrid_logs):
     model, path = cpu_package
     plain = hybrid_trt.load(path)
@@ -60,13 +71,11 @@ def test_a_package_without_a_recorded_verdict_runs_uncaptured_and_says_to_export
             record.reasons[0]
 
 
-def test_a_capturable_package_replays_through_the_runner(cpu_package, stand_in_capture, monkeypatch, tmp_path):
+def test_a_capturable_package_replays_through_the_runner(cleared_package, stand_in_capture, monkeypatch):
     """The load path end to end on a real (CPU) package whose manifest clears it, the capture a stand-in: the
     package's call is warmed up, captured at its second call and replayed after; every output is the caller's
     own tensor and matches eager; the loader runs single-threaded (torch's setting for CUDA graphs)."""
-    model, _ = cpu_package
-    monkeypatch.setattr(cudagraphs, "package_reasons", lambda *a: [])
-    path = hybrid_trt.export(model, (torch.randn(1, 3, 16, 16),), path=tmp_path / "capturable.pkg")
+    model, path = cleared_package
     assert hybrid_trt.load(path).manifest["cuda_graphs"] == {"reasons": []}
     threaded = []
     load_aoti = api._load_aoti
@@ -209,7 +218,7 @@ def test_a_failing_capture_check_never_fails_the_export(monkeypatch, hybrid_logs
 
 
 def test_verify_with_cuda_graphs_runs_the_references_captured_and_says_whether_they_were(
-        cpu_package, stand_in_capture, monkeypatch, tmp_path, capsys):
+        cpu_package, cleared_package, stand_in_capture, capsys):
     """``hybrid-trt verify --cuda-graphs``: each reference input uncaptured, captured and replayed, every output
     against the stored one; a package that would run uncaptured fails with its own exit code (8), naming why."""
     from hybrid_trt.export import cli
@@ -220,9 +229,7 @@ def test_verify_with_cuda_graphs_runs_the_references_captured_and_says_whether_t
     out = capsys.readouterr().out
     assert "PASS  reference" in out and "each uncaptured, captured and replayed" in out, out
     assert f"FAIL  cuda_graphs  not captured: {CPU_REASON}" in out and "exit code 8" in out, out
-    monkeypatch.setattr(cudagraphs, "package_reasons", lambda *a: [])
-    cleared = hybrid_trt.export(model, (torch.randn(1, 3, 16, 16),), path=tmp_path / "cleared.pkg")
-    assert cli.main(["verify", str(cleared), "--cuda-graphs", "--json"]) == 0
+    assert cli.main(["verify", str(cleared_package[1]), "--cuda-graphs", "--json"]) == 0
     checks = {c["check"]: c for c in json.loads(capsys.readouterr().out)["checks"]}
     assert checks["cuda_graphs"]["verdict"] == "PASS" and checks["cuda_graphs"]["detail"].startswith("captured whole")
     assert len(stand_in_capture) == 1 and stand_in_capture[0].replays == 2  # the capture's replay, then one more
