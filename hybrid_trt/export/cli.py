@@ -540,18 +540,17 @@ def _check_reference(package, cuda_graphs: bool) -> list:
         data = torch.load(package.root / ref["file"], weights_only=True)
         inputs = [t.to(model.device) for t in data["inputs"]]
         for run in runs:
+            case = f"input shapes {ref['input_shapes']}" + (f" ({run})" if cuda_graphs else "")
             try:
                 with torch.no_grad():
                     got = _flat_outputs(model(*inputs))
             except Exception as e:  # noqa: BLE001
-                return [Check("reference", False, f"input shapes {ref['input_shapes']} fail to run"
-                              + (f" ({run})" if cuda_graphs else "") + f": {type(e).__name__}: {e}")] + graphs_not_run
+                return [Check("reference", False, f"{case} fail to run: {type(e).__name__}: {e}")] + graphs_not_run
             problem = compare_outputs(got, data["outputs"], rtol, atol)
             if problem:
-                return [Check("reference", False, f"input shapes {ref['input_shapes']}"
-                              + (f" ({run})" if cuda_graphs else "") + f": outputs differ from the stored ones: "
-                              f"{problem}. The engines or this machine compute differently: do not deploy; export "
-                              "again on a machine like this one")] + graphs_not_run
+                return [Check("reference", False, f"{case}: outputs differ from the stored ones: {problem}. The "
+                              "engines or this machine compute differently: do not deploy; export again on a "
+                              "machine like this one")] + graphs_not_run
     checks = [Check("reference", True, f"{len(m['reference'])} reference case(s) match (rtol {rtol}, atol {atol})"
                     + (", each uncaptured, captured and replayed" if cuda_graphs else ""))]
     if cuda_graphs:
