@@ -185,6 +185,11 @@ class _Reregistered:
         self.ids = tuple(map(id, self.pick([weights.get(i) for i in range(positions[-1] + 1)])))
         self.seen = _registrations[0]
 
+    def __call__(self, *args):
+        if self.seen != _registrations[0]:
+            self.recheck(args)
+        return self.compiled(*args)
+
     def recheck(self, args) -> None:
         """Called when a registration happened since the last check (``seen``): a compile for replaced weights."""
         with self.others.lock:
@@ -256,6 +261,7 @@ class _OtherWeights:
                  weight_positions: list = ()):
         self.gm, self.positions, self.ids, self.graph_index = gm, positions, ids, graph_index
         self.compile_hybrid, self.versioned = compile_hybrid, list(versioned)
+        self.weight_positions = list(weight_positions)
         self.traced = _TracedExamples(gm, weight_positions)
         if compile_inductor is None:
             from torch._inductor.compile_fx import compile_fx as compile_inductor
@@ -313,6 +319,10 @@ class _OtherWeights:
         fn = self._compile_for(args, "other weights")
         if self.versioned:
             fn = _Refreshed(fn, self.versioned, [args[i] for i in self.versioned], self)
+        # This instance's weights may be replaced later too (``module.weight = nn.Parameter(w)`` at a position the
+        # key does not sample), as the first instance's may.
+        if self.weight_positions:
+            fn = _Reregistered(fn, self.weight_positions, {i: args[i] for i in self.weight_positions}, self)
         self.compiled[key] = fn
         for i in self.positions:
             weakref.finalize(args[i], self.compiled.pop, key, None)
