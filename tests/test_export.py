@@ -402,6 +402,32 @@ def test_export_refuses_what_a_package_cannot_hold_with_a_clear_error(tmp_path, 
     assert not (tmp_path / "p.pkg").exists()
 
 
+class _KeepsPositive(torch.nn.Module):  # a branch on a data-dependent size, as a detector's post-processing has
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 1)
+
+    def forward(self, x):
+        y = self.conv(x).flatten()
+        kept = y[y > 0]
+        return kept.sum() if kept.numel() > 10 else kept.mean()
+
+
+def test_a_model_torch_export_cannot_capture_says_why_without_a_graph_dump(tmp_path, capfd):
+    """torch.export printed the partial graph of the failed trace to stderr, twice (460 KB for torchvision's
+    SSDlite), and the ExportError carried its 10 KB data-dependent expression: now torch's message with each line
+    shortened, the file keeping all of it and the partial graph, and what to do."""
+    with pytest.raises(hybrid_trt.ExportError) as raised:
+        hybrid_trt.export(_KeepsPositive().eval(), (torch.randn(1, 3, 8, 8),), path=tmp_path / "p.zip")
+    message = str(raised.value)
+    kept = tmp_path / "p.zip.capture-error.txt"
+    assert f"are in {kept}" in message and "GuardOnDataDependentSymNode" in message, message
+    assert "Caused by:" in message and "depends on its data" in message and "torch.compile" in message, message
+    assert "def forward" in kept.read_text() and "u0 > 10" in kept.read_text()
+    assert "def forward" not in capfd.readouterr().err
+    assert not (tmp_path / "p.zip").exists()
+
+
 def test_a_bounded_dim_exports_one_engine_for_its_range(tmp_path, capfd):
     from torch.export import Dim
     from hybrid_trt.engines.runtime import EngineNotInPackage

@@ -11,7 +11,10 @@ the partitioner the same ops.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import io
+import sys
 from typing import Any, Optional
 
 import torch
@@ -46,7 +49,9 @@ def capture_export(model: torch.nn.Module, args: tuple, kwargs: Optional[dict] =
                    dynamic_shapes: Any = None) -> ExportCapture:
     """torch.export ``model`` (non-strict, inference) and decompose it for the partitioner."""
     with torch.no_grad():
-        program = torch.export.export(model, tuple(args), kwargs or {}, dynamic_shapes=dynamic_shapes, strict=False)
+        with _partial_graph_kept_back():
+            program = torch.export.export(model, tuple(args), kwargs or {}, dynamic_shapes=dynamic_shapes,
+                                          strict=False)
         activate_plugins_for(program.graph)  # before the decomposition table reads the lowerings
         program = program.run_decompositions(export_decompositions())
     signature = program.graph_signature
@@ -72,6 +77,27 @@ def capture_export(model: torch.nn.Module, args: tuple, kwargs: Optional[dict] =
             raise ValueError(f"hybrid_trt.export: unsupported graph input {node.name!r} of kind {spec.kind.name}")
     return ExportCapture(program.graph_module, [n.meta.get("val") for n in placeholders], weights, user_inputs,
                          program)
+
+
+@contextlib.contextmanager
+def _partial_graph_kept_back():
+    """torch.export prints the partial graph of a failed trace to stderr before it raises (460 KB for
+    torchvision's SSDlite, whose post-processing has data-dependent sizes); the graph is on the exception
+    (``partial_fx_graph``; printed by each of its nested wrappers), where the caller keeps it (``hybrid_trt.export`` writes it to a file). Anything else
+    written to stderr meanwhile is passed on when the export ends."""
+    held, graph = io.StringIO(), None
+    try:
+        with contextlib.redirect_stderr(held):
+            yield
+    except BaseException as e:
+        graph = getattr(e, "partial_fx_graph", None)
+        raise
+    finally:
+        text = held.getvalue()
+        if graph is not None:
+            text = text.replace(f"{graph}\n", "")  # printed once per wrapper it passes
+        if text:
+            sys.stderr.write(text)
 
 
 def _drop_metadata_asserts(gm: fx.GraphModule) -> None:

@@ -55,6 +55,39 @@ class ExportError(RuntimeError):
 
 Progress = Callable[[str, int, int], None]  # (what is happening, steps done, steps in all)
 
+_MESSAGE_CHARS = 2000  # of torch.export's message in an ExportError; the whole of a longer one goes to a file
+_LINE_CHARS = 300  # of each line of it
+
+
+def _capture_failed(e: Exception, path) -> str:
+    """The ExportError message for a model torch.export could not capture: torch's own message (each line and the
+    whole shortened: a data-dependent guard of a detector's post-processing spells a sum over 90 classes, 10 KB,
+    before the line naming the code that caused it), the file that keeps the whole of it with the partial graph, and what to do where the cause is
+    a data-dependent size or branch."""
+    from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
+    text = f"{type(e).__name__}: {e}"
+    graph = getattr(e, "partial_fx_graph", None)
+    message = f"torch.export could not capture the model: {text}"
+    if len(text) > _MESSAGE_CHARS or graph is not None:
+        kept = pathlib.Path(f"{pathlib.Path(path).absolute()}.capture-error.txt")
+        try:
+            kept.write_text(text + (f"\n\nThe graph torch.export had traced when it failed:\n{graph}\n" if graph else ""))
+            where = f"the whole message{' and the partial graph' if graph else ''} are in {kept}"
+        except OSError as write_error:
+            where = f"the whole message could not be written to {kept}: {write_error}"
+        lines = "\n".join(line if len(line) <= _LINE_CHARS else f"{line[:_LINE_CHARS]} [...]"
+                          for line in text.splitlines())  # torch's hints ("Caused by: <file:line>") come after
+        message = f"torch.export could not capture the model ({where}): {lines[:_MESSAGE_CHARS]}"
+    cause = e
+    while cause is not None and not isinstance(cause, GuardOnDataDependentSymNode):
+        cause = cause.__cause__
+    if cause is not None:
+        message += ("\nThe model has a size or a branch that depends on its data (a detector's score threshold or "
+                    "NMS, for one), and an exported package is one graph. Export the part before it (backbone and "
+                    "head) and run the rest in PyTorch, or compile the whole model with torch.compile(model, "
+                    "backend='hybrid_trt'), which splits the graph where the data decides.")
+    return message
+
 
 # ---------------------------------------------------------------------------------------------- export
 
@@ -120,7 +153,7 @@ def export(model: torch.nn.Module, example_inputs, *, dynamic_shapes=None, shape
             capture = capture_export(model, export_args, dynamic_shapes=(
                 (tuple(dynamic_shapes),) if nested and dynamic_shapes is not None else dynamic_shapes))
         except Exception as e:
-            raise ExportError(f"torch.export could not capture the model: {type(e).__name__}: {e}") from e
+            raise ExportError(_capture_failed(e, path)) from e
         _check_bounded(capture, names)
         progress("partitioning and building engines", 0, 1)
         report = new_report()
