@@ -74,8 +74,10 @@ class Options:
         return self.placement == "measured"
 
     def resolved_delegates(self) -> tuple[str, ...]:
-        from .delegates import available_delegates
-        return self.delegates if self.delegates is not None else available_delegates()
+        """The delegates graphs compile with: those named that are usable here (one whose library is missing is
+        left out with a warning, or raises under ``strict``), or every usable one."""
+        from .delegates import available_delegates, usable_of
+        return usable_of(self.delegates, self.strict) if self.delegates is not None else available_delegates()
 
 
 _NOT_COMPILED = frozenset({"print_report", "cache", "cache_dir", "cache_max_bytes"})
@@ -197,7 +199,7 @@ def _as_choice(key, v, choices):
 
 def _convert(key: str, value: Any) -> Any:
     if key == "delegates":
-        from .delegates import delegate_names, get_delegate
+        from .delegates import delegate_names
         names = _as_names(key, value)
         if not names:
             raise ValueError("hybrid_trt option 'delegates' is empty; name at least one of "
@@ -206,9 +208,6 @@ def _convert(key: str, value: Any) -> Any:
             if n not in delegate_names():
                 raise ValueError(f"hybrid_trt option 'delegates': unknown delegate {n!r}; valid: "
                                  f"{list(delegate_names())}")
-            reason = get_delegate(n).unavailable_reason()
-            if reason:
-                raise ValueError(f"hybrid_trt option 'delegates': {n!r} is not usable here: {reason}")
         if len(set(names)) != len(names):
             raise _bad(key, value)
         return names
@@ -257,16 +256,19 @@ def make_options(options: Mapping[str, Any] | Options | None = None,
                  environ: Mapping[str, str] | None = None) -> Options:
     from .delegates import get_delegate
     if isinstance(options, Options):
-        for name in options.resolved_delegates():
-            get_delegate(name).validate(options)
-        return options
+        opts = options
+    else:
+        opts = _from_mapping(options, environ)
+    for name in opts.resolved_delegates():
+        get_delegate(name).validate(opts)
+    return opts
+
+
+def _from_mapping(options, environ) -> Options:
     if options is not None and not isinstance(options, Mapping):
         raise ValueError(f"hybrid_trt options must be a dict or hybrid_trt.Options, got {type(options).__name__}")
     merged = {**from_env(environ), **dict(options or {})}
     unknown = sorted(set(merged) - set(valid_keys()))
     if unknown:
         raise ValueError(f"unknown hybrid_trt option(s) {unknown}; valid options: {valid_keys()}")
-    opts = Options(**{k: _convert(k, v) for k, v in merged.items()})
-    for name in opts.resolved_delegates():
-        get_delegate(name).validate(opts)
-    return opts
+    return Options(**{k: _convert(k, v) for k, v in merged.items()})

@@ -564,7 +564,7 @@ _CHILD = textwrap.dedent("""
     with torch.no_grad():  # two graphs: the warning comes once per process, not per graph
         for model in (_model(TokenMLP), lambda x: torch.softmax(x * 2 + 1, -1).sum(0)):
             x = torch.randn(2, 5, 16)
-            out = torch.compile(model, backend="hybrid_trt")(x)
+            out = torch.compile(model, backend="hybrid_trt", options={options!r})(x)
             results.append(bool(torch.allclose(out, model(x), rtol=1e-4, atol=1e-4)))
     reports = hybrid_trt.reports()
     print("RESULT" + json.dumps({{"match": results, "warnings": records, "graphs": len(reports),
@@ -573,8 +573,7 @@ _CHILD = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("case", sorted(_BROKEN))
-def test_missing_or_broken_onnxruntime_compiles_with_inductor_and_one_warning(case, tmp_path):
+def _compile_with_broken_onnxruntime(case, tmp_path, options):
     rel, source, cause = _BROKEN[case]
     path = tmp_path / "site" / rel
     path.parent.mkdir(parents=True)
@@ -582,8 +581,8 @@ def test_missing_or_broken_onnxruntime_compiles_with_inductor_and_one_warning(ca
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path / "site"), str(ROOT)]),
                TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"))
     env.pop("HYBRID_TRT_DELEGATES", None)
-    proc = subprocess.run([sys.executable, "-c", _CHILD.format(tests=str(ROOT / "tests"))], env=env,
-                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    proc = subprocess.run([sys.executable, "-c", _CHILD.format(tests=str(ROOT / "tests"), options=options)],
+                          env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT")), None)
     assert proc.returncode == 0 and line, f"child failed ({proc.returncode}):\n{proc.stderr[-3000:]}"
     res = json.loads(line[len("RESULT"):])
@@ -591,5 +590,18 @@ def test_missing_or_broken_onnxruntime_compiles_with_inductor_and_one_warning(ca
     assert res["graphs"] == 2 and res["delegated"] == 0 and res["inductor_ops"] > 0
     assert len(res["warnings"]) == 1, res["warnings"]
     warning = res["warnings"][0]
-    assert "no delegate is usable" in warning and "Inductor" in warning, warning
     assert "onnxruntime" in warning and cause in warning, warning
+    return warning
+
+
+@pytest.mark.parametrize("case", sorted(_BROKEN))
+def test_missing_or_broken_onnxruntime_compiles_with_inductor_and_one_warning(case, tmp_path):
+    warning = _compile_with_broken_onnxruntime(case, tmp_path, {})
+    assert "no delegate is usable" in warning and "Inductor" in warning, warning
+
+
+def test_a_broken_delegate_named_in_the_options_compiles_with_inductor_and_one_warning(tmp_path):
+    """Named in ``delegates`` (not strict), a delegate whose library fails at import failed every compile; now as
+    when no delegate is named: Inductor alone, one warning per process with the cause."""
+    warning = _compile_with_broken_onnxruntime("raises_at_import", tmp_path, {"delegates": ["onnxruntime"]})
+    assert "'onnxruntime' is not usable here" in warning and "Inductor alone" in warning, warning

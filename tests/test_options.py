@@ -1,5 +1,6 @@
 """The options object: validation (unknown keys, bad values), environment variables, immutability, and the
 errors the backend raises for arguments it does not take."""
+import logging
 import dataclasses
 
 import pytest
@@ -66,9 +67,20 @@ def test_empty_or_duplicate_delegates_raise():
         make_options({"delegates": ["onnxruntime", "onnxruntime"]}, environ={})
 
 
-def test_unavailable_delegate_raises_with_reason():
-    with pytest.raises(ValueError, match="'tensorrt' is not usable here"):
-        make_options({"delegates": ["tensorrt"]}, environ={})
+def test_an_unavailable_delegate_named_is_left_out_with_one_warning_or_raises_under_strict(caplog):
+    """A named delegate whose library is missing (TensorRT on this machine) failed every compile; a fallback never
+    fails unless strict=True: graphs compile with the delegates left (Inductor alone here), with the reason."""
+    with pytest.raises(ValueError, match="'tensorrt' is not usable here: .*strict=True"):
+        make_options({"delegates": ["tensorrt"], "strict": True}, environ={})
+    from hybrid_trt.delegates import registry
+    registry._warn_once.cache_clear()
+    with caplog.at_level(logging.WARNING, logger="hybrid_trt"):
+        opts = make_options({"delegates": ["tensorrt", "onnxruntime"]}, environ={})
+        assert opts.resolved_delegates() == ("onnxruntime",)
+        assert make_options({"delegates": ["tensorrt"]}, environ={}).resolved_delegates() == ()
+    warned = [r.getMessage() for r in caplog.records if "'tensorrt' is not usable here" in r.getMessage()]
+    assert len(warned) == 2 and "compile with onnxruntime instead" in warned[0], warned
+    assert "compile with Inductor alone instead" in warned[1], warned
 
 
 def test_fp16_with_onnxruntime_raises():

@@ -125,6 +125,21 @@ def available_delegates() -> tuple[str, ...]:
     return usable
 
 
+def usable_of(names: Sequence[str], strict: bool) -> tuple[str, ...]:
+    """The delegates of ``names`` (the ``delegates`` option) usable here. One whose library is missing or broken
+    raises under ``strict``; otherwise it is left out with one warning per process and graphs compile with the
+    rest, Inductor alone when none is left: a missing library never fails a compile, named or not."""
+    missing = {n: why for n in names if (why := _DELEGATES[n].unavailable_reason())}
+    if missing:
+        what = "; ".join(f"{n!r} is not usable here: {why}" for n, why in missing.items())
+        if strict:
+            raise ValueError(f"hybrid_trt option 'delegates': {what} (strict=True, so nothing compiles without it)")
+        rest = [n for n in names if n not in missing]
+        _warn_once(f"hybrid_trt option 'delegates': {what}; graphs compile with "
+                   f"{', '.join(rest) if rest else 'Inductor alone'} instead (strict=True raises)")
+    return tuple(n for n in names if n not in missing)
+
+
 @functools.cache
 def _warn_once(message: str) -> None:
     # Options are resolved for every graph; the user needs to hear about a missing library once per process.

@@ -134,6 +134,12 @@ def export(model: torch.nn.Module, example_inputs, *, dynamic_shapes=None, shape
     # Static: the listed shape is the one traced (a single listed shape may differ from the example's).
     export_args = max(cases, key=lambda c: sum(t.numel() for t in c)) if dynamic_shapes is not None else cases[0]
     opts = make_options(options)
+    from ..delegates import get_delegate
+    for name in opts.delegates or ():  # a package is built for its target: no quiet package without the delegate
+        why = get_delegate(name).unavailable_reason()
+        if why:
+            raise ExportError(f"hybrid_trt.export: delegate {name!r} is not usable here: {why}. Export where it is "
+                              "(the machine the package is built for), or leave it out of 'delegates'")
     if opts.cuda_graphs:  # (also read by placement="measured", which would time for replays that never happen)
         raise ExportError("hybrid_trt.export: cuda_graphs is a torch.compile setting; a package is given CUDA graphs "
                           "when it is loaded: hybrid_trt.load(path, cuda_graphs=True) (export records whether its "
