@@ -135,3 +135,24 @@ class ClassToken(nn.Module):
 def class_token():
     torch.manual_seed(0)
     return ClassToken().eval(), (torch.randn(2, 3, 16, 16),)
+
+
+class NormHead(nn.Module):
+    """ConvNeXt's classifier head (timm's NormMlpClassifierHead): pool, a channels-last LayerNorm on the pooled
+    (B, C, 1, 1) tensor, flatten, linear. Its decomposition restrides the pooled tensor (``as_strided``)."""
+
+    def __init__(self, dim=16):
+        super().__init__()
+        self.stem = nn.Conv2d(3, dim, 4, stride=4)
+        self.norm = nn.LayerNorm(dim)
+        self.fc = nn.Linear(dim, 10)
+
+    def forward(self, x):
+        pooled = self.stem(x).relu().mean((2, 3), keepdim=True)
+        normed = self.norm(pooled.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+        return self.fc(normed.flatten(1))
+
+
+def norm_head():
+    torch.manual_seed(0)
+    return NormHead().eval(), (torch.randn(1, 3, 16, 16),)

@@ -432,6 +432,38 @@ def test_a_model_torch_export_cannot_capture_says_why_without_a_graph_dump(tmp_p
     assert not (tmp_path / "p.zip").exists()
 
 
+@pytest.mark.parametrize("model", ["norm_head", "resnet18"])
+def test_a_dynamic_batch_from_a_batch_one_example_exports_one_engine_for_the_range(tmp_path, model):
+    """The usual call, a batch-1 example with the batch declared dynamic, failed inside torch.export ("your code
+    specialized it to be a constant (1)": it specialises a size-1 example dimension); now traced at batch 2. And
+    ConvNeXt's head restrides its pooled tensor (``as_strided``), lowered to a Reshape with the batch baked in,
+    so the package had an engine for batch 1 only and refused batch 2 (EngineNotInPackage); now one engine
+    serves the range."""
+    model_, (x,) = getattr(export_models, model)()
+    path = hybrid_trt.export(model_, (x,), dynamic_shapes=({0: torch.export.Dim("batch", min=1, max=4)},),
+                             path=tmp_path / "p")
+    manifest = json.loads((path / "manifest.json").read_text())
+    assert [p["ranges"] for p in manifest["partitions"]] == [["[1..4]x3x16x16" if model == "norm_head"
+                                                              else "[1..4]x3x32x32"]], manifest["partitions"]
+    loaded = hybrid_trt.load(path)
+    with torch.no_grad():
+        for batch in (1, 2, 3, 4):
+            inputs = torch.randn(batch, *x.shape[1:])
+            torch.testing.assert_close(loaded(inputs), model_(inputs), rtol=1e-4, atol=1e-5)
+
+
+def test_a_partition_with_engines_per_listed_shape_is_named_at_export(tmp_path, caplog):
+    """A dynamic batch whose partition cannot have one engine for the range (the class token's Expand) serves the
+    listed shapes only; export says so, with the reason and what to do, where the user can still list more."""
+    model, (x,) = export_models.class_token()
+    with caplog.at_level("WARNING", logger="hybrid_trt"):
+        hybrid_trt.export(model, (x,), dynamic_shapes=({0: torch.export.Dim("batch", min=1, max=8)},),
+                          shapes=[{"x": (2, 3, 16, 16)}, {"x": (5, 3, 16, 16)}], path=tmp_path / "p")
+    warned = [r.getMessage() for r in caplog.records if "listed input shapes only" in r.getMessage()]
+    assert len(warned) == 1 and "2x3x16x16" in warned[0] and "5x3x16x16" in warned[0], warned
+    assert "List every shape it must serve" in warned[0], warned
+
+
 def test_a_bounded_dim_exports_one_engine_for_its_range(tmp_path, capfd):
     from torch.export import Dim
     from hybrid_trt.engines.runtime import EngineNotInPackage

@@ -154,12 +154,19 @@ def export(model: torch.nn.Module, example_inputs, *, dynamic_shapes=None, shape
             eager = [_flat_outputs(model(*c)) for c in cases]
         progress("capturing with torch.export", 0, 1)
         from ..capture.exported import capture_export
+        # (torch.export reads the dynamic shapes of a forward(*leaves) as those of one argument)
+        export_shapes = (tuple(dynamic_shapes),) if nested and dynamic_shapes is not None else dynamic_shapes
+        traced = _trace_example(export_args, dynamic_shapes, names)
         try:
-            # (torch.export reads the dynamic shapes of a forward(*leaves) as those of one argument)
-            capture = capture_export(model, export_args, dynamic_shapes=(
-                (tuple(dynamic_shapes),) if nested and dynamic_shapes is not None else dynamic_shapes))
+            capture = capture_export(model, traced, dynamic_shapes=export_shapes)
+            export_args = traced
         except Exception as e:
-            raise ExportError(_capture_failed(e, path)) from e
+            try:  # the example as given (a model may tie a size the tiling changed to one it did not)
+                if traced is export_args:
+                    raise
+                capture = capture_export(model, export_args, dynamic_shapes=export_shapes)
+            except Exception as e:
+                raise ExportError(_capture_failed(e, path)) from e
         _check_bounded(capture, names)
         progress("partitioning and building engines", 0, 1)
         report = new_report()
@@ -195,6 +202,7 @@ def export(model: torch.nn.Module, example_inputs, *, dynamic_shapes=None, shape
         _check_runtimes(runtimes)
         del compiled
         partitions = _partition_table(report, runtimes, store_root, staging)
+        _warn_shapes_only(partitions)
         manifest = _manifest(capture, cases, names, opts, report, partitions, references, runtimes, rtol, atol,
                              time.perf_counter() - t_start, in_spec)
         manifest["custom_ops"] = custom_ops.used(program.graph_module.graph)
@@ -386,6 +394,17 @@ def _partition_table(report, runtimes, store_root: pathlib.Path, staging: pathli
                     (runtime.range_note or "no dynamic dimension with a finite range"),
                     "engines": engines})
     return out
+
+
+def _warn_shapes_only(partitions: list[dict]) -> None:
+    """A partition of a dynamic graph that got engines per listed shape, not one for the range, serves those shapes
+    only: a load refuses any other with EngineNotInPackage. Said at export, where the user can still list more."""
+    for p in partitions:
+        if p["per_shape_reason"]:
+            logger.warning("hybrid_trt.export: partition %d (%s) has engines for the listed input shapes only (%s), "
+                           "not one for the dynamic range, because %s; the package refuses other shapes. List every "
+                           "shape it must serve (shapes=[...], or --shape)", p["index"], p["delegate"],
+                           ", ".join(p["signatures"]) or "none", p["per_shape_reason"])
 
 
 def _size_exprs(runtime, n_tensor_inputs: int) -> Optional[list]:
@@ -583,6 +602,46 @@ def _random_like(example: torch.Tensor, shape, gen) -> torch.Tensor:
     lo = int(example.min()) if example.numel() else 0
     hi = int(example.max()) + 1 if example.numel() else 2
     return torch.randint(lo, max(hi, lo + 1), shape, generator=gen, dtype=example.dtype).to(example.device)
+
+
+def _trace_example(args: tuple, dynamic_shapes, names: list[str]) -> tuple:
+    """The inputs torch.export traces with: ``args``, with each dynamic dimension of size 1 repeated to size 2 where
+    its range holds 2. torch.export specialises a dimension whose example size is 1 to that size, so a batch
+    declared dynamic from a batch-1 example (the usual example) failed: "You marked x_0 as dynamic but your code
+    specialized it to be a constant (1)". Left as given when a dimension is derived from another (``2 * b``)."""
+    specs = _specs_per_input(dynamic_shapes, names, len(args))
+    dims = [dim for spec in specs for dim in spec.values()]
+    if not any(args[i].shape[d] == 1 for i, spec in enumerate(specs) for d in spec) or any(
+            type(dim).__name__ == "_DerivedDim" for dim in dims):
+        return args
+    out = []
+    for t, spec in zip(args, specs):
+        for d, dim in spec.items():
+            lo, hi = getattr(dim, "min", None), getattr(dim, "max", None)
+            if t.shape[d] == 1 and (not isinstance(lo, int) or lo <= 2) and (not isinstance(hi, int) or hi >= 2):
+                t = torch.cat([t, t], d)
+        out.append(t)
+    return tuple(out)
+
+
+def _specs_per_input(dynamic_shapes, names: list[str], n: int) -> list[dict]:
+    """``{dim: Dim}`` per input from torch.export's ``dynamic_shapes`` (a tuple per input or a dict by name; each
+    input's a dict by dimension or a tuple with None for static ones); empty for anything else."""
+    if isinstance(dynamic_shapes, dict):
+        per_input = [dynamic_shapes.get(name) for name in names]
+    elif isinstance(dynamic_shapes, (tuple, list)) and len(dynamic_shapes) == n:
+        per_input = list(dynamic_shapes)
+    else:
+        return [{} for _ in range(n)]
+    out = []
+    for spec in per_input:
+        if isinstance(spec, dict):
+            out.append({d: dim for d, dim in spec.items() if isinstance(d, int) and dim is not None})
+        elif isinstance(spec, (tuple, list)):
+            out.append({d: dim for d, dim in enumerate(spec) if dim is not None})
+        else:
+            out.append({})
+    return out
 
 
 def _derived_dynamic_shapes(cases: list[tuple], names: list[str]) -> tuple:

@@ -103,6 +103,10 @@ def lower_as_strided(ctx, node):
     if numel != ctx.val(x).numel():  # a row-major prefix of the input
         flat = reshape(ctx, name, [ctx.val(x).numel()])
         name = ctx.op("Slice", flat, ctx.ints([0]), ctx.ints([numel]), ctx.ints([0]))
+    else:  # all of it: a Reshape, generic over a dynamic batch as the view family's (ConvNeXt's pooled head)
+        generic = generic_reshape_target(ctx, node)
+        if generic is not None:
+            return ctx.op("Reshape", name, ctx.ints(generic))
     return reshape(ctx, name, shape)
 
 
