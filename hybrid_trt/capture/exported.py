@@ -81,10 +81,10 @@ def capture_export(model: torch.nn.Module, args: tuple, kwargs: Optional[dict] =
 
 @contextlib.contextmanager
 def _partial_graph_kept_back():
-    """torch.export prints the partial graph of a failed trace to stderr before it raises (460 KB for
-    torchvision's SSDlite, whose post-processing has data-dependent sizes); the graph is on the exception
-    (``partial_fx_graph``; printed by each of its nested wrappers), where the caller keeps it (``hybrid_trt.export`` writes it to a file). Anything else
-    written to stderr meanwhile is passed on when the export ends."""
+    """torch.export prints the partial graph of a failed trace to stderr before it raises, once per nested wrapper
+    (twice 230 KB for torchvision's SSDlite, whose post-processing has data-dependent sizes); the graph is on the
+    exception (``partial_fx_graph``), where the caller keeps it (``hybrid_trt.export`` writes it to a file).
+    Anything else written to stderr meanwhile is passed on when the export ends."""
     held, graph = io.StringIO(), None
     try:
         with contextlib.redirect_stderr(held):

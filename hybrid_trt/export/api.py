@@ -62,8 +62,8 @@ _LINE_CHARS = 300  # of each line of it
 def _capture_failed(e: Exception, path) -> str:
     """The ExportError message for a model torch.export could not capture: torch's own message (each line and the
     whole shortened: a data-dependent guard of a detector's post-processing spells a sum over 90 classes, 10 KB,
-    before the line naming the code that caused it), the file that keeps the whole of it with the partial graph, and what to do where the cause is
-    a data-dependent size or branch."""
+    before the line naming the code that caused it), the file keeping all of it and the partial graph, and what to
+    do where the cause is a data-dependent size or branch."""
     from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
     text = f"{type(e).__name__}: {e}"
     graph = getattr(e, "partial_fx_graph", None)
@@ -71,7 +71,8 @@ def _capture_failed(e: Exception, path) -> str:
     if len(text) > _MESSAGE_CHARS or graph is not None:
         kept = pathlib.Path(f"{pathlib.Path(path).absolute()}.capture-error.txt")
         try:
-            kept.write_text(text + (f"\n\nThe graph torch.export had traced when it failed:\n{graph}\n" if graph else ""))
+            kept.write_text(text + (f"\n\nThe graph torch.export had traced when it failed:\n{graph}\n"
+                                    if graph else ""))
             where = f"the whole message{' and the partial graph' if graph else ''} are in {kept}"
         except OSError as write_error:
             where = f"the whole message could not be written to {kept}: {write_error}"
@@ -160,7 +161,7 @@ def export(model: torch.nn.Module, example_inputs, *, dynamic_shapes=None, shape
         try:
             capture = capture_export(model, traced, dynamic_shapes=export_shapes)
             export_args = traced
-        except Exception as e:
+        except Exception:
             try:  # the example as given (a model may tie a size the tiling changed to one it did not)
                 if traced is export_args:
                     raise
