@@ -118,7 +118,7 @@ def lidar():
 class ClassToken(nn.Module):
     """A ViT-style head: patch embedding, a learned class token broadcast to the batch and prepended, a linear
     layer on the class token. The token's Expand makes a size-1 dim the batch, a size no constant target
-    expresses, so a dynamic batch keeps engines per shape."""
+    expresses: its target is read from the input's shape, so a dynamic batch gets one engine."""
 
     def __init__(self, dim=16):
         super().__init__()
@@ -135,6 +135,27 @@ class ClassToken(nn.Module):
 def class_token():
     torch.manual_seed(0)
     return ClassToken().eval(), (torch.randn(2, 3, 16, 16),)
+
+
+class DoubledToken(nn.Module):
+    """Two learned queries per image: a token broadcast to twice the batch, a size no tensor of the partition has
+    and no constant target expresses, so a dynamic batch keeps engines per shape."""
+
+    def __init__(self, dim=16):
+        super().__init__()
+        self.patch = nn.Conv2d(3, dim, 4, stride=4)
+        self.token = nn.Parameter(torch.randn(1, 1, dim))
+        self.head = nn.Linear(dim, 10)
+
+    def forward(self, x):
+        feats = self.patch(x).flatten(2).mean(2)
+        queries = self.token.expand(2 * x.shape[0], -1, -1).reshape(x.shape[0], 2, -1)
+        return self.head(torch.relu(queries + feats[:, None]).mean(1))
+
+
+def doubled_token():
+    torch.manual_seed(0)
+    return DoubledToken().eval(), (torch.randn(2, 3, 16, 16),)
 
 
 class NormHead(nn.Module):

@@ -42,10 +42,10 @@ def packages(tmp_path_factory):
             dynamic = ({0: n}, {0: n})
         paths[name] = hybrid_trt.export(model, example, dynamic_shapes=dynamic, path=out / name)
     # A dynamic batch range: ResNet-18's flatten lowers to a shape-generic Reshape (the batch copied), so one
-    # engine serves the range; the class token's Expand broadcasts a size-1 dim to the batch, which no constant
-    # target expresses, so that model keeps engines per listed shape, with the reason in the manifest.
+    # engine serves the range; a token broadcast to twice the batch is a size no constant target expresses and no
+    # tensor of the partition has, so that model keeps engines per listed shape, with the reason in the manifest.
     batch = torch.export.Dim("batch", min=1, max=8)
-    for name, shape in (("resnet18", (3, 32, 32)), ("class_token", (3, 16, 16))):
+    for name, shape in (("resnet18", (3, 32, 32)), ("doubled_token", (3, 16, 16))):
         model, example = getattr(export_models, name)()
         paths[f"{name}_batch"] = hybrid_trt.export(model, example, dynamic_shapes=({0: batch},),
                                                    shapes=[{"x": (2, *shape)}, {"x": (5, *shape)}],
@@ -87,7 +87,7 @@ torch._inductor.aoti_compile_and_package = forbidden("AOTInductor compile")
 
 # Batch sizes to run besides the reference cases: inside a range (must match eager) and outside (must raise).
 EXTRA = {"two_inputs": {"inside": [3], "outside": 5}, "resnet18_batch": {"inside": [1, 3, 8], "outside": 9},
-         "class_token_batch": {"inside": [], "outside": 3}}
+         "doubled_token_batch": {"inside": [], "outside": 3}}
 
 def inputs_at(name, batch):
     _, example = getattr(export_models, name)()
@@ -222,9 +222,9 @@ def test_resnet18_dynamic_batch_one_engine_for_the_range(fresh_process, packages
 
 
 def test_batch_broadcast_from_a_constant_gives_engines_per_shape_with_the_reason(fresh_process, packages):
-    result = fresh_process["class_token_batch"]
+    result = fresh_process["doubled_token_batch"]
     _assert_all_match(result)
-    manifest = pkg.open_package(packages["class_token_batch"]).manifest
+    manifest = pkg.open_package(packages["doubled_token_batch"]).manifest
     parts = [p for p in manifest["partitions"] if p["per_shape_reason"]]
     assert len(parts) == 1 and parts[0]["ranges"] == [] and len(parts[0]["signatures"]) == 2
     assert parts[0]["per_shape_reason"].startswith("shape-specific constants in the lowered graph: Expand at node")
@@ -233,7 +233,7 @@ def test_batch_broadcast_from_a_constant_gives_engines_per_shape_with_the_reason
     assert all(s in missing for s in parts[0]["signatures"])
     # Found from the manifest's size expressions before the call: AOTInductor never ran it, so its C++ error line
     # ("Error: aoti_torch_proxy_executor_call_function(...) API call failed at ...") is not on stderr.
-    assert missing.startswith(f"EngineNotInPackage: hybrid_trt package {packages['class_token_batch']}: "), missing
+    assert missing.startswith(f"EngineNotInPackage: hybrid_trt package {packages['doubled_token_batch']}: "), missing
     assert "API call failed" not in fresh_process["stderr"], fresh_process["stderr"][-3000:]
     assert parts[0]["size_exprs"] and all(isinstance(e, (int, str)) for e in parts[0]["size_exprs"])
 
@@ -432,19 +432,21 @@ def test_a_model_torch_export_cannot_capture_says_why_without_a_graph_dump(tmp_p
     assert not (tmp_path / "p.zip").exists()
 
 
-@pytest.mark.parametrize("model", ["norm_head", "resnet18"])
+@pytest.mark.parametrize("model", ["norm_head", "resnet18", "class_token"])
 def test_a_dynamic_batch_from_a_batch_one_example_exports_one_engine_for_the_range(tmp_path, model):
     """The usual call, a batch-1 example with the batch declared dynamic, failed inside torch.export ("your code
     specialized it to be a constant (1)": it specialises a size-1 example dimension); now traced at batch 2. And
     ConvNeXt's head restrides its pooled tensor (``as_strided``), lowered to a Reshape with the batch baked in,
-    so the package had an engine for batch 1 only and refused batch 2 (EngineNotInPackage); now one engine
-    serves the range."""
+    so the package had an engine for batch 1 only and refused batch 2 (EngineNotInPackage); ViT's class token
+    broadcast to the batch had the batch baked into its Expand target the same way (torchvision's vit_b_16,
+    timm's DeiT), now read from the input's shape. Now one engine serves the range."""
     model_, (x,) = getattr(export_models, model)()
+    x = x[:1]
     path = hybrid_trt.export(model_, (x,), dynamic_shapes=({0: torch.export.Dim("batch", min=1, max=4)},),
                              path=tmp_path / "p")
     manifest = json.loads((path / "manifest.json").read_text())
-    assert [p["ranges"] for p in manifest["partitions"]] == [["[1..4]x3x16x16" if model == "norm_head"
-                                                              else "[1..4]x3x32x32"]], manifest["partitions"]
+    assert [p["ranges"] for p in manifest["partitions"]] == [["[1..4]x3x32x32" if model == "resnet18"
+                                                              else "[1..4]x3x16x16"]], manifest["partitions"]
     loaded = hybrid_trt.load(path)
     with torch.no_grad():
         for batch in (1, 2, 3, 4):
@@ -453,9 +455,10 @@ def test_a_dynamic_batch_from_a_batch_one_example_exports_one_engine_for_the_ran
 
 
 def test_a_partition_with_engines_per_listed_shape_is_named_at_export(tmp_path, caplog):
-    """A dynamic batch whose partition cannot have one engine for the range (the class token's Expand) serves the
-    listed shapes only; export says so, with the reason and what to do, where the user can still list more."""
-    model, (x,) = export_models.class_token()
+    """A dynamic batch whose partition cannot have one engine for the range (a token broadcast to twice the batch)
+    serves the listed shapes only; export says so, with the reason and what to do, where the user can still list
+    more."""
+    model, (x,) = export_models.doubled_token()
     with caplog.at_level("WARNING", logger="hybrid_trt"):
         hybrid_trt.export(model, (x,), dynamic_shapes=({0: torch.export.Dim("batch", min=1, max=8)},),
                           shapes=[{"x": (2, 3, 16, 16)}, {"x": (5, 3, 16, 16)}], path=tmp_path / "p")

@@ -7,7 +7,7 @@ import torch.fx as fx
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from ..registry import ANY, lowering
-from ._dims import dim_of, slice_bound, traced, traced_shape
+from ._dims import dim_of, shape_value, slice_bound, traced, traced_shape
 from ._util import dims, generic_expand_target, generic_reshape_target, reshape
 
 aten = torch.ops.aten
@@ -50,6 +50,10 @@ def lower_transpose(ctx, node):
 @lowering(aten.expand.default, dtypes=ANY)
 def lower_expand(ctx, node):
     target = generic_expand_target(ctx, node)
+    if target is None:  # a size-1 dim broadcast to a symbolic size (ViT's class token to the batch): read it
+        value = shape_value(ctx, node)  # from a tensor that has it, or the concrete shape where none has
+        if value is not None:
+            return ctx.op("Expand", ctx.input(node.args[0]), value)
     return ctx.op("Expand", ctx.input(node.args[0]), ctx.ints(ctx.shape(node) if target is None else target))
 
 
