@@ -454,6 +454,24 @@ def test_a_dynamic_batch_from_a_batch_one_example_exports_one_engine_for_the_ran
             torch.testing.assert_close(loaded(inputs), model_(inputs), rtol=1e-4, atol=1e-5)
 
 
+class _SqueezesTheBatch(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 1)
+
+    def forward(self, x):
+        return self.conv(x).squeeze(0)  # batch 1: (4, H, W); any other batch: unchanged
+
+
+def test_a_model_that_treats_batch_one_apart_says_so_when_traced_at_batch_two(tmp_path):
+    """Traced at batch 2 for a dynamic batch from a batch-1 example, a model that squeezes the batch gives another
+    output shape at batch 1: export's check against eager fails, saying why and what to do (not 'loosen rtol')."""
+    with pytest.raises(hybrid_trt.ExportError, match="treats size 1 apart.*min=2"):
+        hybrid_trt.export(_SqueezesTheBatch().eval(), (torch.randn(1, 3, 8, 8),), path=tmp_path / "p",
+                          dynamic_shapes=({0: torch.export.Dim("b", min=1, max=4)},))
+    assert not (tmp_path / "p").exists()
+
+
 def test_a_partition_with_engines_per_listed_shape_is_named_at_export(tmp_path, caplog):
     """A dynamic batch whose partition cannot have one engine for the range (a token broadcast to twice the batch)
     serves the listed shapes only; export says so, with the reason and what to do, where the user can still list

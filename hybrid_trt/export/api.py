@@ -158,10 +158,12 @@ def export(model: torch.nn.Module, example_inputs, *, dynamic_shapes=None, shape
         # (torch.export reads the dynamic shapes of a forward(*leaves) as those of one argument)
         export_shapes = (tuple(dynamic_shapes),) if nested and dynamic_shapes is not None else dynamic_shapes
         traced = _trace_example(export_args, dynamic_shapes, names)
+        tiled = traced is not export_args
         try:
             capture = capture_export(model, traced, dynamic_shapes=export_shapes)
             export_args = traced
         except Exception:
+            tiled = False
             try:  # the example as given (a model may tie a size the tiling changed to one it did not)
                 if traced is export_args:
                     raise
@@ -194,9 +196,15 @@ def export(model: torch.nn.Module, example_inputs, *, dynamic_shapes=None, shape
                 got = _flat_outputs(compiled(*case))
             problem = compare_outputs(got, expected, rtol, atol)
             if problem:
+                what = ("Loosen rtol/atol if this is expected numerical difference, or report the partition (see "
+                        "the report)")
+                if tiled and [g.shape for g in got] != [e.shape for e in expected]:
+                    what = ("torch.export specialises a dimension whose example size is 1, so the model was traced "
+                            "with its dynamic dimensions of size 1 at size 2, and at size 1 the model gives outputs "
+                            "of another shape (it treats size 1 apart: a squeeze, say). Give those dimensions "
+                            "min=2, or export size 1 as a package of its own")
                 raise ExportError(f"the compiled package does not match eager PyTorch for input shapes "
-                                  f"{_shapes_text(case)}: {problem}. Loosen rtol/atol if this is expected "
-                                  "numerical difference, or report the partition (see the report)")
+                                  f"{_shapes_text(case)}: {problem}. {what}")
             done += len(symbolic)
             references.append(_save_reference(staging, i, case, expected))
         progress("writing the package", done, total)
