@@ -137,15 +137,9 @@ def class_token():
     return ClassToken().eval(), (torch.randn(2, 3, 16, 16),)
 
 
-class DoubledToken(nn.Module):
+class DoubledToken(ClassToken):
     """Two learned queries per image: a token broadcast to twice the batch, a size no tensor of the partition has
     and no constant target expresses, so a dynamic batch keeps engines per shape."""
-
-    def __init__(self, dim=16):
-        super().__init__()
-        self.patch = nn.Conv2d(3, dim, 4, stride=4)
-        self.token = nn.Parameter(torch.randn(1, 1, dim))
-        self.head = nn.Linear(dim, 10)
 
     def forward(self, x):
         feats = self.patch(x).flatten(2).mean(2)
