@@ -185,11 +185,6 @@ class _Reregistered:
         self.ids = tuple(map(id, self.pick([weights.get(i) for i in range(positions[-1] + 1)])))
         self.seen = _registrations[0]
 
-    def __call__(self, *args):
-        if self.seen != _registrations[0]:
-            self.recheck(args)
-        return self.compiled(*args)
-
     def recheck(self, args) -> None:
         """Called when a registration happened since the last check (``seen``): a compile for replaced weights."""
         with self.others.lock:
@@ -307,6 +302,10 @@ class _OtherWeights:
         if fn is None:
             with self.lock:
                 fn = self.compiled.get(key) or self._compile(key, list(args))
+        if type(fn) is _Reregistered:  # checked here, as ``checked``'s call does: no extra call layer per call
+            if fn.seen != _registrations[0]:
+                fn.recheck(args)
+            return fn.compiled(*args)
         return fn(*args)
 
     def _compile(self, key: tuple, args: list) -> Callable:
