@@ -35,7 +35,7 @@ class Options:
     tensorrt_workspace_bytes: int = 1 << 30
     cache: bool = True  # engine store on disk, and Inductor's FX-graph and AOTAutograd caches
     cache_dir: Optional[str] = None  # None = $XDG_CACHE_HOME/hybrid_trt, else ~/.cache/hybrid_trt
-    cache_max_bytes: int = 2 << 30  # least recently used entries are evicted beyond this
+    cache_max_bytes: int = 10 << 30  # least recently used entries are evicted beyond this (store.DEFAULT_MAX_BYTES)
     cuda_graphs: bool = False  # the stitched callable in CUDA graphs (hybrid_trt/cudagraphs.py)
     cuda_graph_runner: str = "trees"  # "trees": Inductor's, in segments; "whole": one graph per call (whole_graph.py)
     placement: str = "auto"  # "measured": a partition stays delegated only where that is faster (placement.py)

@@ -401,12 +401,20 @@ def test_a_stray_file_in_the_store_does_not_turn_eviction_off(tmp_path):
     assert not _entry_dir(tmp_path, a).exists() and _entry_dir(tmp_path, b).exists() and stray.exists()
 
 
-def test_an_entry_over_the_bound_is_kept_and_the_rest_evicted(tmp_path):
+def test_an_entry_over_the_bound_is_not_stored_and_says_so_once(tmp_path, caplog):
+    # Stored, it was evicted again by the next write (a compile's graph manifest), silently: a 2.4 GB ViT-L entry
+    # was built in every process under the former 2 GiB default.
     store = EngineStore(tmp_path, max_bytes=1000)
-    small, big = _key("small"), _key("big")
+    small = _key("small")
     store.put(small, {"engine.bin": b"s" * 100}, {})
-    assert store.put(big, {"engine.bin": b"b" * 5000}, {}).path.exists()
-    assert not _entry_dir(tmp_path, small).exists() and store.get(big) is not None
+    for name in ("big", "bigger"):
+        assert store.put(_key(name), {"engine.bin": b"b" * 5000}, {}) is None
+        assert not _entry_dir(tmp_path, _key(name)).exists() and store.get(_key(name)) is None
+    assert store.get(small) is not None  # nothing evicted for an entry that was never stored
+    warned = _warnings(caplog)
+    assert len(warned) == 1 and "cache_max_bytes" in warned[0] and "not cached" in warned[0], warned
+    entry, loaded = store.get_or_build(_key("big"), lambda: ({"engine.bin": b"b" * 5000}, {}))
+    assert not loaded and entry.files["engine.bin"] == b"b" * 5000  # built and served from memory
 
 
 def test_entries_of_another_environment_are_never_returned(tmp_path):

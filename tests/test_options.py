@@ -201,7 +201,7 @@ def test_plugin_variables_are_not_backend_options():
 def test_cache_options_and_their_environment_variables(tmp_path, monkeypatch):
     from hybrid_trt.engines.runtime import engine_store
     opts = make_options(environ={})
-    assert opts.cache is True and opts.cache_dir is None and opts.cache_max_bytes == 2 << 30
+    assert opts.cache is True and opts.cache_dir is None and opts.cache_max_bytes == 10 << 30
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert engine_store(opts).root == tmp_path / "xdg" / "hybrid_trt"  # the default follows XDG
     env = {"HYBRID_TRT_CACHE": "0", "HYBRID_TRT_CACHE_DIR": str(tmp_path / "c"), "HYBRID_TRT_CACHE_MAX_BYTES": "1000"}

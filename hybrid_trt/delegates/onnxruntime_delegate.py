@@ -17,6 +17,7 @@ from ..log import logger
 from ..capture import preserve  # noqa: F401  (defines hybrid_trt::interpolate, named below)
 from ..lowerings.context import GENERIC, ORT_CPU
 from ..lowerings.registry import _tensor_dtypes as _dtypes
+from . import external_data
 from .registry import Delegate, Engine, dtype_declined, import_failure, register_delegate
 from .tf32 import tf32_switches, uses_tf32
 
@@ -446,18 +447,23 @@ class OnnxRuntimeDelegate(Delegate):
 
     def session(self, model_bytes: bytes, device: torch.device, options: Mapping[str, Any],
                 optimized_path: Optional[str] = None, optimize: bool = True,
-                settings: Optional[Mapping[str, bool]] = None):
+                settings: Optional[Mapping[str, bool]] = None, external: Optional[Mapping[str, bytes]] = None):
         """A session for serialized ONNX ``model_bytes`` and, on CUDA, the stream it computes on (else None).
         ``optimized_path``: ONNX Runtime writes the optimized model there; ``optimize=False``: ``model_bytes`` is
-        such an optimized model, loaded without graph optimization. ``settings``: see ``session_settings``."""
+        such an optimized model, loaded without graph optimization. ``settings``: see ``session_settings``.
+        ``external``: the model's external-data files (``external_data.serialize``), by the name it refers to."""
         threads = options["threads"]
         # A stream of the session's own, not the caller's: the caller's stream may change from call to call
         # (torch.cuda.stream), while the session's is fixed at creation; OnnxRuntimeEngine orders the two.
         on_gpu = device.type == "cuda" and _provider_kind(device, options) != "cpu"
         stream = torch.cuda.Stream(device=device) if on_gpu else None
         so = _session_options(threads)
+        external_data.add_to_session(so, external or {})
         if optimized_path is not None:
             so.optimized_model_filepath = optimized_path
+            if external:  # the optimized model holds the same weights: past 2 GB too
+                so.add_session_config_entry("session.optimized_model_external_initializers_file_name",
+                                            external_data.data_file(os.path.basename(optimized_path)))
         if not optimize:
             so.graph_optimization_level = _ort().GraphOptimizationLevel.ORT_DISABLE_ALL
         session = _ort().InferenceSession(model_bytes, so, providers=self.providers(device, options, stream, settings))
@@ -494,24 +500,27 @@ class OnnxRuntimeDelegate(Delegate):
 
     def build(self, model: onnx.ModelProto, output_metas, device, delegate_options: Mapping[str, Any],
               keep_serialized: bool = False) -> Engine:
-        model_bytes = model.SerializeToString()
+        model_bytes, external = external_data.serialize(model, "model.onnx")
         settings = session_settings(model, device, delegate_options)
         if not keep_serialized:
-            session, stream = self.session(model_bytes, device, delegate_options, settings=settings)
+            session, stream = self.session(model_bytes, device, delegate_options, settings=settings,
+                                           external=external)
             return OnnxRuntimeEngine(session, output_metas, device, stream)
         # Stored form: the lowered model, and the model as ONNX Runtime optimized it for this provider and
         # machine (the key covers both), so that a load skips graph optimization. TensorRT's provider compiles
         # nodes, which cannot be saved as ONNX: only the lowered model is stored for it; nor can the CUDA
         # provider's NHWC layout pass, whose nodes (internal NHWC domain) are not for reloading.
-        files = {"model.onnx": model_bytes, _SESSION_FILE: json.dumps(settings).encode()}
+        files = {"model.onnx": model_bytes, **external, _SESSION_FILE: json.dumps(settings).encode()}
         with tempfile.TemporaryDirectory(prefix="hybrid_trt_ort_") as tmp:
             unsaveable = _provider_kind(device, delegate_options) == "tensorrt" or settings["prefer_nhwc"]
-            path = None if unsaveable else os.path.join(tmp, "opt.onnx")
+            path = None if unsaveable else os.path.join(tmp, "optimized.onnx")
             session, stream = self.session(model_bytes, device, delegate_options, optimized_path=path,
-                                           settings=settings)
+                                           settings=settings, external=external)
             if path is not None and os.path.exists(path):
-                with open(path, "rb") as f:
-                    files["optimized.onnx"] = f.read()
+                for name in ("optimized.onnx", external_data.data_file("optimized.onnx")):
+                    if os.path.exists(os.path.join(tmp, name)):
+                        with open(os.path.join(tmp, name), "rb") as f:
+                            files[name] = f.read()
         engine = OnnxRuntimeEngine(session, output_metas, device, stream)
         engine.serialized = files
         return engine
@@ -527,24 +536,30 @@ class OnnxRuntimeDelegate(Delegate):
         # The optimized model is what loads (with graph optimization off); the lowered one is only its backup
         # for a cache whose optimized form fails to load, which a package's verified environment rules out.
         model = {"optimized.onnx"} if "optimized.onnx" in names else {"model.onnx"} & set(names)
-        return model | ({_SESSION_FILE} & set(names))
+        return model | ({_SESSION_FILE, *map(external_data.data_file, model)} & set(names))
 
     def load(self, files: Mapping[str, bytes], output_metas, device, delegate_options: Mapping[str, Any]) -> Engine:
         # The optimized model's fused nodes (FusedConv, FusedMatMul...) no longer tell the session's settings: they
         # were decided from the lowered model at build and stored with it.
         settings = _stored_settings(files)
-        optimized = files.get("optimized.onnx")
-        if optimized is not None:
+        if "optimized.onnx" in files:
             try:
-                session, stream = self.session(optimized, device, delegate_options, optimize=False,
-                                               settings=settings)
+                session, stream = self.session(files["optimized.onnx"], device, delegate_options, optimize=False,
+                                               settings=settings, external=_data_files(files, "optimized.onnx"))
                 return OnnxRuntimeEngine(session, output_metas, device, stream)
             except Exception as e:  # noqa: BLE001 - the lowered model is stored beside it
                 if "model.onnx" not in files:  # a package ships only the form that loads (deploy_files)
                     raise
                 logger.debug("onnxruntime: stored optimized model did not load (%s); optimizing the lowered one", e)
-        session, stream = self.session(files["model.onnx"], device, delegate_options, settings=settings)
+        session, stream = self.session(files["model.onnx"], device, delegate_options, settings=settings,
+                                       external=_data_files(files, "model.onnx"))
         return OnnxRuntimeEngine(session, output_metas, device, stream)
+
+
+def _data_files(files: Mapping[str, bytes], model_name: str) -> dict[str, bytes]:
+    """The stored external-data file of ``model_name`` (``external_data.serialize``), if it has one."""
+    name = external_data.data_file(model_name)
+    return {name: files[name]} if name in files else {}
 
 
 register_delegate(OnnxRuntimeDelegate())

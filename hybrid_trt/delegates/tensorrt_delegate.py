@@ -10,6 +10,8 @@ is developed on, so this module has not been run; it stays thin on purpose.
 """
 from __future__ import annotations
 
+import os
+import tempfile
 from typing import Any, Mapping, Optional
 
 import onnx
@@ -17,6 +19,7 @@ import torch
 
 from ..log import logger
 from ..engines.ranges import profile_of
+from . import external_data
 from .registry import Delegate, Engine, import_failure, register_delegate
 from .tf32 import tf32_switches, uses_tf32
 
@@ -148,7 +151,7 @@ class TensorRTDelegate(Delegate):
         builder = trt.Builder(trt_logger)
         network = builder.create_network(0)  # explicit batch is the only mode in TensorRT 10
         parser = trt.OnnxParser(network, trt_logger)
-        if not parser.parse(model.SerializeToString()):
+        if not _parse(parser, model):
             errors = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
             raise RuntimeError(f"TensorRT could not parse the partition: {errors}")
         config = builder.create_builder_config()
@@ -196,4 +199,18 @@ class TensorRTDelegate(Delegate):
         return TensorRTEngine(engine, output_metas, device)
 
 
+def _parse(parser, model) -> bool:
+    """Parse ``model``; weights past 2 GB go through a directory (the parser reads external data from files named
+    relative to the model's ``path``, read while it parses)."""
+    model_bytes, external = external_data.serialize(model, "model.onnx")
+    if not external:
+        return parser.parse(model_bytes)
+    with tempfile.TemporaryDirectory(prefix="hybrid_trt_trt_") as tmp:
+        for name, data in external.items():
+            with open(os.path.join(tmp, name), "wb") as f:
+                f.write(data)
+        return parser.parse(model_bytes, os.path.join(tmp, "model.onnx"))
+
+
 register_delegate(TensorRTDelegate())
+

@@ -146,13 +146,14 @@ def _canonical_structure(model: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def _copy_graph(src: onnx.GraphProto, dst: onnx.GraphProto, strip_data: bool) -> None:
-    _copy_fields(src, dst, skip={"initializer"} if strip_data else set())
+    copy_fields(src, dst, skip={"initializer"} if strip_data else set())
     if strip_data:
         for tensor in src.initializer:
-            _copy_fields(tensor, dst.initializer.add(), skip=_DATA_FIELDS)
+            copy_fields(tensor, dst.initializer.add(), skip=_DATA_FIELDS)
 
 
-def _copy_fields(src, dst, skip) -> None:
+def copy_fields(src, dst, skip) -> None:
+    """Copy the fields of protobuf message ``src`` set there into ``dst``, but those named in ``skip``."""
     for field, value in src.ListFields():
         if field.name in skip:
             continue

@@ -49,7 +49,9 @@ from typing import Any, BinaryIO, Callable, Iterator, Mapping, Optional
 from ..log import logger
 
 FORMAT = 1
-DEFAULT_MAX_BYTES = 2 << 30
+# One entry holds a partition's lowered and optimized models: 2.4 GB for a float32 ViT-L, 5 GB for a ViT-H. At the
+# former 2 GiB such an entry could never stay, and a few ResNet-50 input shapes filled the store.
+DEFAULT_MAX_BYTES = 10 << 30
 _META, _LAST_USED = "meta.json", "last_used"
 _DEBRIS_AGE_S = 3600  # temporary/trash directories of a process that died mid-write are removed after this
 _KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,199}")
@@ -172,6 +174,12 @@ class EngineStore:
                 raise ValueError(f"engine store: bad file name {name!r} (plain names, not {_META}/{_LAST_USED})")
         if self.root is None or self.read_only:
             return None
+        size = sum(len(d) for d in files.values())
+        if size > self.max_bytes:  # stored, it would be evicted at the next write: nothing gained, disk churned
+            self._warn("too large", f"hybrid_trt: an engine of {size / 2**30:.2f} GiB is more than the engine cache "
+                       f"may hold ({self.max_bytes / 2**30:.2f} GiB, option cache_max_bytes); it is not cached, so "
+                       "every process builds it again. Raise cache_max_bytes (HYBRID_TRT_CACHE_MAX_BYTES) above it.")
+            return None
         final = self._entry_dir(key)
         tmp = final.parent / f".tmp-{key}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         try:
@@ -197,7 +205,7 @@ class EngineStore:
             shutil.rmtree(tmp, ignore_errors=True)
             self._unwritable(e)
             return None
-        entry = Entry(key, dict(files), json.loads(meta_bytes), final, sum(len(d) for d in files.values()))
+        entry = Entry(key, dict(files), json.loads(meta_bytes), final, size)
         self._evict(keep=key)
         return entry
 

@@ -181,7 +181,14 @@ def _broadcast(shapes: list) -> tuple | None:
         return None
 
 
+_PROTO_LIMIT = 2**31  # protobuf's limit on one serialized message
+
+
 def tensor_proto(tensor: torch.Tensor, name: str) -> onnx.TensorProto:
+    nbytes = tensor.numel() * tensor.element_size()
+    if nbytes >= _PROTO_LIMIT:  # a model's weights may add up to more (delegates/external_data.py), one may not
+        raise ValueError(f"constant {name!r} holds {nbytes / 2**30:.1f} GiB: the ONNX graph this partition is lowered "
+                         "to cannot hold one tensor of 2 GiB or more")
     tensor = tensor.detach().cpu().contiguous()
     if tensor.dtype == torch.bfloat16:
         return _bf16_tensor(tensor, name)
