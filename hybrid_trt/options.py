@@ -76,8 +76,10 @@ class Options:
     def resolved_delegates(self) -> tuple[str, ...]:
         """The delegates graphs compile with: those named that are usable here (one whose library is missing is
         left out with a warning, or raises under ``strict``), or every usable one."""
-        from .delegates import available_delegates, usable_of
-        return usable_of(self.delegates, self.strict) if self.delegates is not None else available_delegates()
+        from .delegates import available_delegates, honouring_precision, usable_of
+        if self.delegates is not None:
+            return honouring_precision(usable_of(self.delegates, self.strict), self.precision, True, self.strict)
+        return honouring_precision(available_delegates(), self.precision, False, self.strict)
 
 
 _NOT_COMPILED = frozenset({"print_report", "cache", "cache_dir", "cache_max_bytes"})

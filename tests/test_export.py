@@ -381,7 +381,7 @@ class _WithNumber(torch.nn.Module):
 
 
 @pytest.mark.parametrize("case", ["unbounded dim", "listed dtype", "None output", "float output", "size output",
-                                  "unusable delegate"])
+                                  "unusable delegate", "precision without its delegate"])
 def test_export_refuses_what_a_package_cannot_hold_with_a_clear_error(tmp_path, case):
     """Each failed deep inside torch or sympy ('Infinity' object has no attribute '_mpf_', mat1 and mat2 must
     have the same dtype, Could not infer dtype of NoneType); now an ExportError saying what to change."""
@@ -398,9 +398,11 @@ def test_export_refuses_what_a_package_cannot_hold_with_a_clear_error(tmp_path, 
         model, match = _WithNumber(2.5).eval(), r"output 1: float 2.5"
     elif case == "size output":  # came back from the package as a tensor
         model, match = _WithNumber("size").eval(), r"output 1: int 2"
-    else:  # torch.compile leaves it out with a warning; a package is built for the target that has it
+    elif case == "unusable delegate":  # torch.compile leaves it out with a warning; a package is built for its target
         kwargs, match = {"delegates": ["tensorrt"]}, "delegate .tensorrt. is not usable here"
-    options = {"min_block_size": 1, **({"delegates": kwargs.pop("delegates")} if "delegates" in kwargs else {})}
+    else:  # no TensorRT here: torch.compile runs Inductor alone with a warning; export refuses
+        kwargs, match = {"precision": "fp16"}, "precision='fp16' needs a delegate that builds fp16 engines"
+    options = {"min_block_size": 1, **{k: kwargs.pop(k) for k in ("delegates", "precision") if k in kwargs}}
     with pytest.raises(hybrid_trt.ExportError, match=match):
         hybrid_trt.export(model, (x,), path=tmp_path / "p.pkg", options=options, **kwargs)
     assert not (tmp_path / "p.pkg").exists()

@@ -83,11 +83,31 @@ def test_an_unavailable_delegate_named_is_left_out_with_one_warning_or_raises_un
     assert "compile with Inductor alone instead" in warned[1], warned
 
 
-def test_fp16_with_onnxruntime_raises():
-    with pytest.raises(ValueError, match="precision"):
-        make_options({"precision": "fp16"}, environ={})
-    with pytest.raises(ValueError, match="precision"):
+def test_fp16_with_onnxruntime_named_raises():
+    with pytest.raises(ValueError, match="precision.*onnxruntime delegate"):
         make_options({"precision": "fp16", "delegates": ["onnxruntime"]}, environ={})
+    with pytest.raises(ValueError, match="precision"):
+        make_options(Options(precision="fp16", delegates=("onnxruntime",)))
+
+
+def test_fp16_by_default_uses_the_delegates_that_build_fp16_and_never_fails_without_them(monkeypatch, caplog):
+    from hybrid_trt.delegates import get_delegate
+    from hybrid_trt.delegates.registry import _warn_once
+    trt = get_delegate("tensorrt")
+    monkeypatch.setattr(type(trt), "unavailable_reason", lambda self: None)  # a TensorRT machine
+    # Was: ONNX Runtime's check raised, so precision='fp16' failed every compile on the machine it is meant for.
+    assert make_options({"precision": "fp16"}, environ={}).resolved_delegates() == ("tensorrt",)
+    assert make_options({"precision": "bf16", "delegates": ["tensorrt"]}, environ={}).resolved_delegates() \
+        == ("tensorrt",)
+    monkeypatch.setattr(type(trt), "unavailable_reason", lambda self: "tensorrt is not installed")
+    _warn_once.cache_clear()
+    with caplog.at_level(logging.WARNING, logger="hybrid_trt"):
+        for _ in range(2):
+            assert make_options({"precision": "fp16"}, environ={}).resolved_delegates() == ()
+    warned = [r.getMessage() for r in caplog.records if "precision" in r.getMessage()]
+    assert len(warned) == 1 and "only tensorrt builds fp16" in warned[0] and "Inductor alone" in warned[0], warned
+    with pytest.raises(ValueError, match="only tensorrt builds fp16.*strict=True"):
+        make_options({"precision": "fp16", "strict": True}, environ={})
 
 
 def test_values_are_normalised():
@@ -144,7 +164,7 @@ def test_options_object_is_validated_too():
     with pytest.raises(ValueError, match="'delegates'"):
         Options(delegates=("nope",))
     with pytest.raises(ValueError, match="precision"):
-        make_options(Options(precision="fp16"))
+        make_options(Options(precision="fp16", delegates=("onnxruntime",)))
     opts = Options(min_block_size=2)
     assert make_options(opts) is opts
 

@@ -414,10 +414,6 @@ class OnnxRuntimeDelegate(Delegate):
                               needs="InferenceSession")
 
     def validate(self, options) -> None:
-        if options.precision != "fp32":
-            raise ValueError(
-                f"option 'precision'={options.precision!r} is not supported by the onnxruntime delegate, which runs "
-                "partitions in the model's own dtypes; use precision='fp32' or delegates=('tensorrt',)")
         if options.onnxruntime_provider != "auto":
             wanted = _PROVIDERS[options.onnxruntime_provider]
             if wanted not in _ort().get_available_providers():

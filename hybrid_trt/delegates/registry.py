@@ -31,6 +31,8 @@ class Delegate(abc.ABC):
     dtypes: frozenset = frozenset()
     domains: frozenset = frozenset({""})
     device_types: frozenset = frozenset({"cpu"})
+    # Values of the ``precision`` option it builds engines at; "fp32" means the model's own dtypes.
+    precisions: frozenset = frozenset({"fp32"})
 
     @abc.abstractmethod
     def unavailable_reason(self) -> Optional[str]:
@@ -138,6 +140,32 @@ def usable_of(names: Sequence[str], strict: bool) -> tuple[str, ...]:
         _warn_once(f"hybrid_trt option 'delegates': {what}; graphs compile with "
                    f"{', '.join(rest) if rest else 'Inductor alone'} instead (strict=True raises)")
     return tuple(n for n in names if n not in missing)
+
+
+def honouring_precision(names: Sequence[str], precision: str, named: bool, strict: bool) -> tuple[str, ...]:
+    """The delegates of ``names`` (usable here) that build engines at ``precision``.
+
+    ``named`` (the ``delegates`` option lists them): one that cannot is a contradiction in the options, and
+    raises. Otherwise those that cannot are left out (ONNX Runtime, which runs the model's own dtypes, beside
+    TensorRT); when that leaves none (a machine without TensorRT), graphs compile with Inductor alone, with one
+    warning, and ``strict`` raises: the same options then work on a development box and on the target."""
+    if precision == "fp32":
+        return tuple(names)
+    cannot = [n for n in names if precision not in _DELEGATES[n].precisions]
+    able = [n for n, d in _DELEGATES.items() if precision in d.precisions]
+    if named and cannot:
+        raise ValueError(f"option 'precision'={precision!r} is not supported by the {', '.join(cannot)} delegate, which "
+                         f"runs partitions in the model's own dtypes; use precision='fp32', or delegates={able!r}")
+    left = tuple(n for n in names if n not in cannot)
+    if not left and names:
+        why = "; ".join(f"{n}: {_DELEGATES[n].unavailable_reason() or 'usable'}" for n in able)
+        what = (f"option 'precision'={precision!r}: only {', '.join(able)} builds {precision} engines, and it is "
+                f"not usable here ({why})")
+        if strict:
+            raise ValueError(f"{what} (strict=True, so nothing compiles without it)")
+        _warn_once(f"hybrid_trt {what}; graphs compile with Inductor alone, in the model's own dtypes "
+                   "(strict=True raises)")
+    return left
 
 
 @functools.cache

@@ -118,6 +118,7 @@ class TensorRTDelegate(Delegate):
     dtypes = frozenset({torch.float32, torch.float16, torch.bfloat16, torch.int32, torch.int64, torch.int8,
                         torch.uint8, torch.bool})
     device_types = frozenset({"cuda"})
+    precisions = frozenset({"fp32", "fp16", "bf16"})  # builder flags (set_precision_flags)
 
     def unavailable_reason(self) -> Optional[str]:
         problem = import_failure(_trt, "tensorrt", "pip install 'hybrid_trt[gpu]' on a machine with NVIDIA's TensorRT",

@@ -141,6 +141,10 @@ def export(model: torch.nn.Module, example_inputs, *, dynamic_shapes=None, shape
         if why:
             raise ExportError(f"hybrid_trt.export: delegate {name!r} is not usable here: {why}. Export where it is "
                               "(the machine the package is built for), or leave it out of 'delegates'")
+    if opts.precision != "fp32" and not opts.resolved_delegates():
+        raise ExportError(f"hybrid_trt.export: precision={opts.precision!r} needs a delegate that builds "
+                          f"{opts.precision} engines, and none is usable here. Export on the machine the package is "
+                          "built for, or with precision='fp32'")
     if opts.cuda_graphs:  # (also read by placement="measured", which would time for replays that never happen)
         raise ExportError("hybrid_trt.export: cuda_graphs is a torch.compile setting; a package is given CUDA graphs "
                           "when it is loaded: hybrid_trt.load(path, cuda_graphs=True) (export records whether its "
