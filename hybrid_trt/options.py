@@ -74,12 +74,15 @@ class Options:
         return self.placement == "measured"
 
     def resolved_delegates(self) -> tuple[str, ...]:
-        """The delegates graphs compile with: those named that are usable here (one whose library is missing is
-        left out with a warning, or raises under ``strict``), or every usable one."""
+        """The delegates graphs compile with: those named, or every one, usable here as configured (one whose library
+        is missing, or lacks what the options ask, is left out with a warning, or raises under ``strict``) that
+        build engines at ``precision`` (``delegates.honouring_precision``)."""
         from .delegates import available_delegates, honouring_precision, usable_of
         if self.delegates is not None:
-            return honouring_precision(usable_of(self.delegates, self.strict), self.precision, True, self.strict)
-        return honouring_precision(available_delegates(), self.precision, False, self.strict)
+            return honouring_precision(usable_of(self.delegates, self.strict, self), self.precision, True,
+                                       self.strict)
+        return honouring_precision(usable_of(available_delegates(), self.strict, self), self.precision, False,
+                                   self.strict)
 
 
 _NOT_COMPILED = frozenset({"print_report", "cache", "cache_dir", "cache_max_bytes"})
@@ -256,13 +259,8 @@ def from_env(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
 
 def make_options(options: Mapping[str, Any] | Options | None = None,
                  environ: Mapping[str, str] | None = None) -> Options:
-    from .delegates import get_delegate
-    if isinstance(options, Options):
-        opts = options
-    else:
-        opts = _from_mapping(options, environ)
-    for name in opts.resolved_delegates():
-        get_delegate(name).validate(opts)
+    opts = options if isinstance(options, Options) else _from_mapping(options, environ)
+    opts.resolved_delegates()  # contradictions raise here; what is unusable is said here, once per process
     return opts
 
 

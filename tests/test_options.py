@@ -110,6 +110,23 @@ def test_fp16_by_default_uses_the_delegates_that_build_fp16_and_never_fails_with
         make_options({"precision": "fp16", "strict": True}, environ={})
 
 
+def test_a_provider_the_onnxruntime_build_lacks_leaves_it_out_with_one_warning(caplog):
+    import onnxruntime
+    if "CUDAExecutionProvider" in onnxruntime.get_available_providers():
+        pytest.skip("this onnxruntime has the CUDA provider")
+    from hybrid_trt.delegates.registry import _warn_once
+    _warn_once.cache_clear()
+    # Was a ValueError from option parsing: every compile failed, against "a fallback never fails".
+    with caplog.at_level(logging.WARNING, logger="hybrid_trt"):
+        for named in ({}, {"delegates": ["onnxruntime"]}):
+            opts = make_options({"onnxruntime_provider": "cuda", **named}, environ={})
+            assert opts.resolved_delegates() == ()
+    warned = [r.getMessage() for r in caplog.records if "onnxruntime_provider" in r.getMessage()]
+    assert len(warned) == 1 and "CUDAExecutionProvider" in warned[0] and "onnxruntime-gpu" in warned[0], warned
+    with pytest.raises(ValueError, match="CUDAExecutionProvider.*strict=True"):
+        make_options({"onnxruntime_provider": "cuda", "strict": True}, environ={})
+
+
 def test_values_are_normalised():
     opts = make_options({"delegates": ["onnxruntime"], "force_inductor_ops": ["aten.convolution"],
                          "min_block_size": "2", "strict": "yes", "num_threads": None}, environ={})

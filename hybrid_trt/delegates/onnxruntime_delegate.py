@@ -413,13 +413,14 @@ class OnnxRuntimeDelegate(Delegate):
         return import_failure(_ort, "onnxruntime", "pip install 'hybrid_trt[onnx]', or onnxruntime-gpu for CUDA",
                               needs="InferenceSession")
 
-    def validate(self, options) -> None:
-        if options.onnxruntime_provider != "auto":
-            wanted = _PROVIDERS[options.onnxruntime_provider]
-            if wanted not in _ort().get_available_providers():
-                raise ValueError(
-                    f"option 'onnxruntime_provider'={options.onnxruntime_provider!r}: {wanted} is not available in "
-                    f"this onnxruntime build (available: {_ort().get_available_providers()})")
+    def unusable_with(self, options) -> Optional[str]:
+        if options.onnxruntime_provider == "auto":
+            return None
+        wanted, available = _PROVIDERS[options.onnxruntime_provider], _ort().get_available_providers()
+        if wanted in available:
+            return None
+        return (f"option 'onnxruntime_provider'={options.onnxruntime_provider!r} asks for {wanted}, which this "
+                f"onnxruntime build lacks (it has {', '.join(available)}; CUDA needs onnxruntime-gpu)")
 
     def providers(self, device: torch.device, options, stream: Optional["torch.cuda.Stream"] = None,
                   settings: Optional[Mapping[str, bool]] = None) -> list:

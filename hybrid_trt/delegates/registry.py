@@ -43,8 +43,10 @@ class Delegate(abc.ABC):
         dtype); None when it can run ``node``. Checked after the lowering registry accepted the node."""
         return None
 
-    def validate(self, options) -> None:
-        """Raise ValueError for option combinations this delegate cannot honour (checked at compile time)."""
+    def unusable_with(self, options) -> Optional[str]:
+        """Why this delegate, usable here, cannot run with ``options`` (a ``hybrid_trt.Options``): e.g. a provider
+        its library lacks. None when it can. Read where the delegates are resolved, as ``unavailable_reason``."""
+        return None
 
     def options_from(self, options) -> dict[str, Any]:
         """The settings of ``options`` (a ``hybrid_trt.Options``) this delegate reads, resolved (no "auto" left
@@ -127,11 +129,13 @@ def available_delegates() -> tuple[str, ...]:
     return usable
 
 
-def usable_of(names: Sequence[str], strict: bool) -> tuple[str, ...]:
-    """The delegates of ``names`` (the ``delegates`` option) usable here. One whose library is missing or broken
-    raises under ``strict``; otherwise it is left out with one warning per process and graphs compile with the
-    rest, Inductor alone when none is left: a missing library never fails a compile, named or not."""
-    missing = {n: why for n in names if (why := _DELEGATES[n].unavailable_reason())}
+def usable_of(names: Sequence[str], strict: bool, options=None) -> tuple[str, ...]:
+    """The delegates of ``names`` usable here (with ``options``: as configured there, ``Delegate.unusable_with``).
+    One whose library is missing or broken, or lacks what the options ask for, raises under ``strict``; otherwise
+    it is left out with one warning per process and graphs compile with the rest, Inductor alone when none is
+    left: a missing library never fails a compile, named or not."""
+    missing = {n: why for n in names if (why := _DELEGATES[n].unavailable_reason()
+                                         or (options is not None and _DELEGATES[n].unusable_with(options)))}
     if missing:
         what = "; ".join(f"{n!r} is not usable here: {why}" for n, why in missing.items())
         if strict:
