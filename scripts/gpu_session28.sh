@@ -10,11 +10,14 @@ case ${1:?stage} in
   lanes)  # issue 10: a loaded package in CUDA graphs (new), the whole runner's thread/stream tests (never run on a
           # GPU), and issue 7's CUDA lane
     nvidia-smi --query-gpu=name --format=csv,noheader
-    timeout ${2:-300} python3 -m pytest -q -p no:cacheprovider -n 8 --dist load -rfE --junitxml=$L/lanes.xml \
+    # -v names each result as it comes and faulthandler dumps a hung test's stacks (session 30: one test failed and
+    # one hung past 400 s, and the quiet output named neither)
+    timeout ${2:-300} python3 -m pytest -v -p no:cacheprovider -n 8 --dist load -rfE --junitxml=$L/lanes.xml \
+      -o faulthandler_timeout=150 \
       tests/test_deployed_cuda_graphs.py tests/test_whole_graph.py tests/test_cuda_graphs.py tests/test_cuda_ordering.py \
       tests/test_lowerings.py tests/test_attention.py \
       -k "deployed or cuda or whole or stream or bounded_dimension or shape_change" > $L/lanes.log 2>&1
-    echo "tests rc=$?"; grep -E "^(FAILED|ERROR|XPASS)|passed|failed" $L/lanes.log | tail -25
+    echo "tests rc=$?"; grep -E "FAILED|ERROR|XPASS|passed|failed|Timeout" $L/lanes.log | tail -25
     ;;
   bench)  # issue 10: a loaded package in CUDA graphs against Inductor reduce-overhead, the compiled whole runner and
           # ONNX Runtime's own graph, fp16 batch 1
