@@ -214,4 +214,3 @@ def _parse(parser, model) -> bool:
 
 
 register_delegate(TensorRTDelegate())
-

@@ -49,8 +49,9 @@ from typing import Any, BinaryIO, Callable, Iterator, Mapping, Optional
 from ..log import logger
 
 FORMAT = 1
-# One entry holds a partition's lowered and optimized models: 2.4 GB for a float32 ViT-L, 5 GB for a ViT-H. At the
-# former 2 GiB such an entry could never stay, and a few ResNet-50 input shapes filled the store.
+# One entry holds a partition's lowered and optimized models, about twice its weights: ~2.4 GB for a float32 ViT-L
+# (304 M parameters), ~5 GB for a ViT-H. At the former 2 GiB such an entry could never stay, and ten ResNet-50 input
+# shapes (~0.2 GB each) filled the store.
 DEFAULT_MAX_BYTES = 10 << 30
 _META, _LAST_USED = "meta.json", "last_used"
 _DEBRIS_AGE_S = 3600  # temporary/trash directories of a process that died mid-write are removed after this
