@@ -67,7 +67,8 @@ def _compile(gm: fx.GraphModule, example_inputs, opts: Options, check_weights: b
     own check (the ids it is looked up by) has already been made."""
     report = new_report()
     try:
-        with quiet(TORCH_CPP_BUILDER), inductor_defects_avoided(has_symbolic_sizes(example_inputs)):
+        with quiet(TORCH_CPP_BUILDER), inductor_defects_avoided(has_symbolic_sizes(example_inputs)), \
+                torch._inductor.config.patch(opts.inductor_patches):
             return _compile_graph(gm, example_inputs, opts, check_weights, report)
     except RestartAnalysis:
         # Dynamo abandons this trace and calls the backend again (with dynamic=True, to specialise a float it had
@@ -96,7 +97,8 @@ def _compile_graph(gm: fx.GraphModule, example_inputs, opts: Options, check_weig
     original = _baked_weights.copy_graph(gm) if weights and check_weights else None  # for calls with other weights
     store = engine_store(opts)
     # Dimensions marked dynamic with bounds get an engine per range where the partition allows one.
-    policy = Policy(opts.strict, opts.max_engines_per_partition, ranges=declared_ranges(gm))
+    policy = Policy(opts.strict, opts.max_engines_per_partition, ranges=declared_ranges(gm),
+                    inductor_patches=tuple(opts.inductor_patches.items()))
     runtimes: list = []  # held by the compiled function: the key registry holds weak references only
     graph: GraphCache | None = None
     ran: list = []  # inner_compile ran (else Inductor's AOTAutograd cache served the graph)
@@ -582,13 +584,14 @@ class _KeepAlive:
 
 def _inductor_alone(gm: fx.GraphModule, example_inputs, opts: Options):
     """Inductor's compile of ``gm``, with its caches off when hybrid_trt's are (``cache=False``)."""
-    if opts.cache:
-        return compile_fx(gm, example_inputs)
     # The backward of a training graph is compiled at the first backward call, after this returns: compile_fx
-    # re-applies config_patches to the inner compile for that, and each inner compile (forward and backward) puts
-    # its files in a directory removed at exit (scratch.py).
+    # re-applies config_patches to the inner compile for that (Inductor's autotuning, opts.inductor_patches),
+    # and with caching off each inner compile (forward and backward) puts its files in a directory removed at exit
+    # (scratch.py).
+    if opts.cache:
+        return compile_fx(gm, example_inputs, config_patches=opts.inductor_patches)
     return compile_fx(gm, example_inputs, inner_compile=_files_removed_at_exit(compile_fx_inner),
-                      config_patches={"force_disable_caches": True})
+                      config_patches={**opts.inductor_patches, "force_disable_caches": True})
 
 
 def _files_removed_at_exit(inner_compile):

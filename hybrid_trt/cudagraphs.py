@@ -45,13 +45,9 @@ from .log import logger
 from .report import CudaGraphRecord
 
 # torch.compile modes: what each means for hybrid_trt. "default" never reaches the backend (torch drops it).
-MODES = ("default", "reduce-overhead")
-_REJECTED_MODES = {
-    "max-autotune": "hybrid_trt does not autotune Inductor's kernels (compile time); use mode='reduce-overhead' "
-                    "for CUDA graphs, or backend='inductor' for max-autotune",
-    "max-autotune-no-cudagraphs": "hybrid_trt does not autotune Inductor's kernels (compile time); leave mode "
-                                  "out, or use backend='inductor' for max-autotune",
-}
+MODES = {"default": {}, "reduce-overhead": {"cuda_graphs": True},
+         "max-autotune": {"cuda_graphs": True, "max_autotune": True},
+         "max-autotune-no-cudagraphs": {"max_autotune": True}}
 
 _LIB = torch.library.Library("hybrid_trt", "FRAGMENT")
 _LIB.define("delegate_uncapturable(str key, Tensor[] inputs, SymInt[] sizes) -> Tensor[]",
@@ -66,23 +62,23 @@ delegate_uncapturable = torch.ops.hybrid_trt.delegate_uncapturable.default
 
 
 def options_with_mode(options, mode: Optional[str]):
-    """``options`` (dict, Options or None) with torch.compile's ``mode`` applied. Raises ValueError for modes
-    hybrid_trt does not honour (never drops one silently)."""
-    if mode is None or mode == "default":
+    """``options`` (dict, Options or None) with torch.compile's ``mode`` applied (``MODES``: CUDA graphs, Inductor's
+    autotuning). Raises ValueError for an unknown mode, and where the options say otherwise (never drops one)."""
+    if mode is None:
         return options
-    if mode in _REJECTED_MODES:
-        raise ValueError(f"hybrid_trt: torch.compile mode={mode!r} is not supported: {_REJECTED_MODES[mode]}")
-    if mode != "reduce-overhead":
+    if mode not in MODES:
         raise ValueError(f"hybrid_trt: unknown torch.compile mode={mode!r}; valid: {list(MODES)} "
-                         "(or options={'cuda_graphs': True})")
+                         "(or options={'cuda_graphs': True, 'max_autotune': True})")
+    settings = MODES[mode]
     from .options import Options
     if isinstance(options, Options):
-        return dataclasses.replace(options, cuda_graphs=True)
+        return dataclasses.replace(options, **settings)
     options = dict(options or {})
-    if options.get("cuda_graphs") in (False, "0", "false", "no", "off"):
-        raise ValueError("hybrid_trt: mode='reduce-overhead' asks for CUDA graphs but options say "
-                         "cuda_graphs=False; drop one of them")
-    return {**options, "cuda_graphs": True}
+    for key in settings:
+        if options.get(key) in (False, "0", "false", "no", "off"):
+            raise ValueError(f"hybrid_trt: mode={mode!r} asks for {key}=True but options say {key}=False; drop one "
+                             "of them")
+    return {**options, **settings}
 
 
 def inductor_config(options) -> dict:

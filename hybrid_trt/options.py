@@ -39,6 +39,7 @@ class Options:
     cuda_graphs: bool = False  # the stitched callable in CUDA graphs (hybrid_trt/cudagraphs.py)
     cuda_graph_runner: str = "trees"  # "trees": Inductor's, in segments; "whole": one graph per call (whole_graph.py)
     placement: str = "auto"  # "measured": a partition stays delegated only where that is faster (placement.py)
+    max_autotune: bool = False  # Inductor autotunes the code it compiles (mode="max-autotune"); engines unchanged
 
     def __post_init__(self):
         # Constructed directly (hybrid_trt.Options(...)) values are validated and normalised like dict options.
@@ -59,6 +60,16 @@ class Options:
         """Whether Inductor captures the stitched graph (its CUDA-graph trees); the whole runner captures it
         itself (whole_graph.py) around Inductor's plain compile."""
         return self.cuda_graphs and self.cuda_graph_runner == "trees"
+
+    @property
+    def inductor_patches(self) -> dict:
+        """Inductor settings for every compile hybrid_trt starts (the stitched graph, a graph Inductor takes whole,
+        its backward, a partition's fallback, AOTInductor at export): its own max-autotune settings, less CUDA
+        graphs (``cuda_graphs`` says where those go)."""
+        if not self.max_autotune:
+            return {}
+        from torch._inductor import list_mode_options
+        return {k: v for k, v in list_mode_options("max-autotune-no-cudagraphs").items() if "cudagraphs" not in k}
 
     def measures_placement(self, device) -> bool:
         """Whether a partition on ``device`` is timed against Inductor before it is delegated. ``auto`` measures
@@ -105,6 +116,7 @@ _DOCS = {
     "cuda_graphs": "bool",
     "cuda_graph_runner": f"one of {CUDA_GRAPH_RUNNERS}",
     "placement": f"one of {PLACEMENTS}",
+    "max_autotune": "bool",
 }
 
 
@@ -234,7 +246,7 @@ def _convert(key: str, value: Any) -> Any:
         return _as_choice(key, value, ORT_CUDA_LAYOUTS)
     if key == "cuda_graph_runner":
         return _as_choice(key, value, CUDA_GRAPH_RUNNERS)
-    if key in ("strict", "print_report", "cache", "cuda_graphs"):
+    if key in ("strict", "print_report", "cache", "cuda_graphs", "max_autotune"):
         return _as_bool(key, value)
     raise AssertionError(key)
 

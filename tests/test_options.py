@@ -191,14 +191,14 @@ def test_non_mapping_options_raise():
         make_options([("min_block_size", 2)], environ={})
 
 
-def test_backend_rejects_mode_argument():
+def test_backend_rejects_an_unknown_mode():
     gm = torch.fx.symbolic_trace(torch.nn.ReLU())
-    with pytest.raises(ValueError, match="mode"):
-        hybrid_trt_backend(gm, [torch.randn(2)], mode="max-autotune")
+    with pytest.raises(ValueError, match="mode='turbo'"):
+        hybrid_trt_backend(gm, [torch.randn(2)], mode="turbo")
 
 
-def test_torch_compile_with_mode_raises():
-    compiled = torch.compile(torch.nn.ReLU(), backend="hybrid_trt", mode="max-autotune")
+def test_torch_compile_with_an_unknown_mode_raises():
+    compiled = torch.compile(torch.nn.ReLU(), backend="hybrid_trt", mode="turbo")
     with pytest.raises(Exception) as info:
         compiled(torch.randn(3))
     chain, e = [], info.value

@@ -70,6 +70,8 @@ class Policy:
     # to the same graph across its range gets one engine for the range (ranges.py). Given by export, which
     # declares bounded dims; torch.compile those marked with bounds (capture/bounds.py). Unbounded: per shape.
     ranges: tuple = ()
+    # Inductor settings for a partition's fallback, compiled at run time (Options.inductor_patches), as items.
+    inductor_patches: tuple = ()
 
 
 def engine_store(options) -> EngineStore:
@@ -146,7 +148,8 @@ def _load_on_miss(key: str, stores: Sequence[EngineStore]) -> "PartitionRuntime"
     options = make_options()
     default = engine_store(options)
     candidates = [*stores, *([default] if default.root not in {s.root for s in stores} else [])]
-    policy = Policy(options.strict, options.max_engines_per_partition)
+    policy = Policy(options.strict, options.max_engines_per_partition,
+                    inductor_patches=tuple(options.inductor_patches.items()))
     t0 = time.perf_counter()
     for store in candidates:
         runtime = load_runtime(key, store, None, policy, name=f"partition {key[:12]}")
@@ -634,7 +637,8 @@ class PartitionRuntime:
             # (it never reached the backend, and the fallback ran eagerly: tests/test_attention.py), while fresh
             # code from the same graph is traced.
             fresh = fx.GraphModule(self.module, copy.deepcopy(self.module.graph))
-            compiled = torch.compile(fresh, backend=_inductor_with_our_decompositions, dynamic=self.symbolic)
+            compiled = torch.compile(fresh, dynamic=self.symbolic, backend=functools.partial(
+                _inductor_with_our_decompositions, config_patches=dict(self.policy.inductor_patches)))
             module, name, strict = self.module, self.name, self.policy.strict
 
             def run(inputs, sizes):
@@ -736,10 +740,10 @@ class _EngineFiles(Mapping):
         return isinstance(name, str) and _ENGINE_PREFIX + name in self._files
 
 
-def _inductor_with_our_decompositions(gm: fx.GraphModule, example_inputs):
+def _inductor_with_our_decompositions(gm: fx.GraphModule, example_inputs, config_patches=None):
     from torch._inductor.compile_fx import compile_fx
     from ..capture.preserve import inductor_decompositions
-    return compile_fx(gm, example_inputs, decompositions=inductor_decompositions())
+    return compile_fx(gm, example_inputs, decompositions=inductor_decompositions(), config_patches=config_patches)
 
 
 def _lower(module, shapes, dtypes, sizes, target: str):

@@ -187,7 +187,8 @@ def export(model: torch.nn.Module, example_inputs, *, dynamic_shapes=None, shape
         program = _reexport(stitched, capture, export_args)
         try:
             with quiet(TORCH_CPP_BUILDER), inductor_defects_avoided(dynamic_shapes is not None):
-                torch._inductor.aoti_compile_and_package(program, package_path=str(staging / pkg.AOTI_PACKAGE))
+                torch._inductor.aoti_compile_and_package(program, package_path=str(staging / pkg.AOTI_PACKAGE),
+                                                         inductor_configs=opts.inductor_patches)
         except Exception as e:
             raise ExportError(f"AOTInductor could not compile the graph left to Inductor: {type(e).__name__}: "
                               f"{e}") from e
