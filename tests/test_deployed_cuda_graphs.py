@@ -18,7 +18,7 @@ from hybrid_trt import cudagraphs
 from hybrid_trt.export import api
 
 from _helpers import assert_close
-from test_cuda_graphs import _check, _cuda_model, _tol, cuda_only
+from test_cuda_graphs import _check, _count_runs, _cuda_model, _tol, cuda_only
 from test_whole_graph import calls_on_a_user_stream, replays_run_no_python_delegate_code
 
 CPU_REASON = "the package runs on the CPU (CUDA graphs capture CUDA work only)"
@@ -108,11 +108,12 @@ def _exported(model, example, tmp_path, name, **kwargs):
 def test_replays_run_no_python_delegate_code_and_compute_on_new_inputs(monkeypatch, tmp_path, no_tf32):
     model, x = _cuda_model()
     path = _exported(model, (x,), tmp_path, "resnet.pkg")
+    calls = _count_runs(monkeypatch)
     loaded = hybrid_trt.load(path, cuda_graphs=True)
     assert loaded.manifest["cuda_graphs"] == {"reasons": []}, loaded.manifest["cuda_graphs"]
     with torch.no_grad():
         loaded(x)
-        replays_run_no_python_delegate_code(loaded, model, x, monkeypatch)
+        replays_run_no_python_delegate_code(loaded, model, x, calls)
     assert loaded.cuda_graphs.status.startswith("captured whole"), loaded.cuda_graphs
 
 

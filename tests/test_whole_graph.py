@@ -114,22 +114,26 @@ def _compiled(model, **kwargs):
 @cuda_only
 def test_replays_run_no_python_delegate_code_and_compute_on_new_inputs(monkeypatch, no_tf32):
     model, x = _cuda_model()
+    calls = _count_runs(monkeypatch)  # before compiling: a graph called directly binds its runtimes' run then
     with torch.no_grad():
         compiled = _compiled(model, options={"placement": "delegate"})
         compiled(x)
         assert hybrid_trt.last_report().cuda_graphs.status.startswith("captured whole"), \
             hybrid_trt.last_report().table()
-        replays_run_no_python_delegate_code(compiled, model, x, monkeypatch)
+        replays_run_no_python_delegate_code(compiled, model, x, calls)
     assert hybrid_trt.last_report().cuda_graphs.status.startswith("captured whole")
 
 
-def replays_run_no_python_delegate_code(call, model, x, monkeypatch):
+def replays_run_no_python_delegate_code(call, model, x, calls):
     """After its first call (warm-up), ``call``'s second captures a graph in which a delegate ran; later calls on
-    new inputs are replays that match eager without running a delegate in Python."""
-    calls = _count_runs(monkeypatch)
+    new inputs are replays that match eager without running a delegate in Python. ``calls``: the delegate runs
+    counted by ``_count_runs``, installed before ``call`` was compiled or loaded (a direct call binds the
+    runtime's ``run`` at compile time, so a later patch would count nothing, and the last check could not fail)."""
+    start = len(calls)
+    assert start > 0, "the warm-up call ran no delegate: nothing here was delegated, or the count missed it"
     call(x)  # the capture
     before = len(calls)
-    assert before > 0, "no delegate ran while the graph was captured"
+    assert before > start, "no delegate ran while the graph was captured"
     for seed in range(4):
         xi = torch.randn(x.shape, generator=torch.Generator().manual_seed(seed)).cuda()
         assert_close(call(xi), model(xi), *_tol(torch.float32), what=f"replay {seed}")
