@@ -51,7 +51,8 @@ def cleared_package(cpu_package, tmp_path_factory):
 def test_export_records_the_verdict_and_a_cpu_package_runs_uncaptured_with_one_warning(cpu_package, hybrid_logs):
     model, path = cpu_package
     plain = hybrid_trt.load(path)
-    assert plain.cuda_graphs is None and plain.manifest["cuda_graphs"] == {"reasons": [CPU_REASON]}
+    assert plain.cuda_graphs is None and plain.manifest["cuda_graphs"] == {"reasons": [CPU_REASON],
+                                                                     "placed_for_replay": False}
     loaded = hybrid_trt.load(path, cuda_graphs=True)
     assert loaded.cuda_graphs.status == "not captured" and loaded.cuda_graphs.reasons == [CPU_REASON]
     warned = [r.getMessage() for r in hybrid_logs.records if r.levelno == logging.WARNING]
@@ -76,7 +77,7 @@ def test_a_capturable_package_replays_through_the_runner(cleared_package, stand_
     package's call is warmed up, captured at its second call and replayed after; every output is the caller's
     own tensor and matches eager; the loader runs single-threaded (torch's setting for CUDA graphs)."""
     model, path = cleared_package
-    assert hybrid_trt.load(path).manifest["cuda_graphs"] == {"reasons": []}
+    assert hybrid_trt.load(path).manifest["cuda_graphs"] == {"reasons": [], "placed_for_replay": False}
     threaded = []
     load_aoti = api._load_aoti
     monkeypatch.setattr(api, "_load_aoti", lambda *a, **k: threaded.append(k) or load_aoti(*a, **k))
@@ -110,7 +111,7 @@ def test_replays_run_no_python_delegate_code_and_compute_on_new_inputs(monkeypat
     path = _exported(model, (x,), tmp_path, "resnet.pkg")
     calls = _count_runs(monkeypatch)
     loaded = hybrid_trt.load(path, cuda_graphs=True)
-    assert loaded.manifest["cuda_graphs"] == {"reasons": []}, loaded.manifest["cuda_graphs"]
+    assert loaded.manifest["cuda_graphs"]["reasons"] == [], loaded.manifest["cuda_graphs"]
     with torch.no_grad():
         loaded(x)
         replays_run_no_python_delegate_code(loaded, model, x, calls)

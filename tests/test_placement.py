@@ -553,13 +553,61 @@ def test_measuring_leaves_the_users_random_stream_alone(tmp_path):
     assert torch.equal(torch.rand(4), expected_next)
 
 
-def test_export_refuses_cuda_graphs():
-    """A package never replays CUDA graphs; an export asked for them says so instead of ignoring the setting (and
-    measured placement would otherwise time device time for replays that never happen)."""
-    from hybrid_trt.export.api import ExportError
-    with pytest.raises(ExportError, match="cuda_graphs is a torch.compile setting"):
-        hybrid_trt.export(Net().eval(), (torch.randn(2, 3, 16, 16),), options={"cuda_graphs": True},
-                          path="/nonexistent/never-written")
+@pytest.mark.parametrize("for_replay", [False, True])
+def test_export_places_for_the_calls_the_package_is_for(tmp_path, monkeypatch, hybrid_logs, for_replay):
+    """export(options={"cuda_graphs": True}) says the package is for CUDA-graph replay: measured placement times
+    the partitions as replays (an H100 package placed by uncaptured timings kept an ONNX Runtime partition that ran
+    at 1.29x Inductor's replay under load(cuda_graphs=True)); the manifest records it and load, verify and bench
+    follow it by default. (It used to be refused.)"""
+    from hybrid_trt.export.cli import verify
+    seen = []
+    real = placement.place
+
+    def place(candidates, cuda_graphs, strict, store):
+        seen.append(cuda_graphs)
+        return real(candidates, cuda_graphs, strict, store)
+    monkeypatch.setattr(placement, "place", place)
+    model, x = Net().eval(), torch.randn(2, 3, 16, 16)
+    options = {"placement": "measured", **({"cuda_graphs": True} if for_replay else {})}
+    path = hybrid_trt.export(model, (x,), options=options, path=str(tmp_path / "pkg"))
+    assert seen == [for_replay]
+    warned = [r.getMessage() for r in hybrid_logs.records if r.name.startswith("hybrid_trt")]  # a CPU package:
+    # replays asked for, none possible
+    assert len(warned) == int(for_replay) and all("exported for CUDA graphs but cannot be captured" in w and
+                                                  "runs on the CPU" in w for w in warned), warned
+    hybrid_logs.clear()
+    loaded = hybrid_trt.load(path)
+    assert loaded.manifest["cuda_graphs"]["placed_for_replay"] is for_replay
+    # A CPU package replays nothing: asked for by its export, load says so once and runs it uncaptured.
+    assert (loaded.cuda_graphs is not None) is for_replay
+    warned = [r.getMessage() for r in hybrid_logs.records if r.name.startswith("hybrid_trt")]
+    assert len(warned) == int(for_replay) and all("runs without CUDA graphs" in w for w in warned), warned
+    with torch.no_grad():
+        assert_close(loaded(x), model(x), 1e-5, 1e-5)
+    assert hybrid_trt.load(path, cuda_graphs=False).cuda_graphs is None
+    assert ("cuda_graphs" in [c.name for c in verify(path)]) is for_replay
+    assert "cuda_graphs" not in [c.name for c in verify(path, cuda_graphs=False)]
+
+
+@pytest.mark.parametrize("device, placement_option, asked, warns", [
+    ("cuda", "auto", True, True), ("cuda", "measured", False, True), ("cuda", "delegate", True, False),
+    ("cpu", "auto", True, False), ("cuda", "auto", None, False)])
+def test_loading_against_the_calls_a_package_was_placed_for_warns(hybrid_logs, device, placement_option, asked,
+                                                                 warns):
+    """A GPU package placed by measurement for one kind of call and loaded for the other is warned about once,
+    with what to do; placement "delegate" (nothing timed), a CPU package (placement "auto" delegates there) and
+    load's default (what it was exported for) are not."""
+    from hybrid_trt.export import api
+    for exported_for in (False, True):
+        hybrid_logs.clear()
+        manifest = {"options": {"placement": placement_option},
+                    "cuda_graphs": {"reasons": [], "placed_for_replay": exported_for}}
+        want = exported_for if asked is None else (not exported_for)
+        assert api._replays(manifest, torch.device(device), want if asked is not None else None, "p.pkg") is want
+        warned = [r.getMessage() for r in hybrid_logs.records if r.name.startswith("hybrid_trt")]
+        assert len(warned) == int(warns), warned
+        if warns:
+            assert "p.pkg" in warned[0] and f"options={{'cuda_graphs': {want}}}" in warned[0], warned
 
 
 @pytest.mark.parametrize("strict", [False, True])

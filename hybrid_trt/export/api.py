@@ -145,10 +145,6 @@ def export(model: torch.nn.Module, example_inputs, *, dynamic_shapes=None, shape
         raise ExportError(f"hybrid_trt.export: precision={opts.precision!r} needs a delegate that builds "
                           f"{opts.precision} engines, and none is usable here. Export on the machine the package is "
                           "built for, or with precision='fp32'")
-    if opts.cuda_graphs:  # (also read by placement="measured", which would time for replays that never happen)
-        raise ExportError("hybrid_trt.export: cuda_graphs is a torch.compile setting; a package is given CUDA graphs "
-                          "when it is loaded: hybrid_trt.load(path, cuda_graphs=True) (export records whether its "
-                          "graph can be captured). Drop cuda_graphs (and HYBRID_TRT_CUDA_GRAPHS) for export")
     path = pathlib.Path(path)
     pkg.check_replaceable(path)  # before any work: export replaces only a package of its own
     staging = pkg.staging_dir(path)
@@ -220,7 +216,11 @@ def export(model: torch.nn.Module, example_inputs, *, dynamic_shapes=None, shape
         manifest = _manifest(capture, cases, names, opts, report, partitions, references, runtimes, rtol, atol,
                              time.perf_counter() - t_start, in_spec)
         manifest["custom_ops"] = custom_ops.used(program.graph_module.graph)
-        manifest["cuda_graphs"] = {"reasons": graph_reasons}  # empty: load(cuda_graphs=True) captures it whole
+        if opts.cuda_graphs and graph_reasons:  # asked for replays it cannot have: said now, not first at load
+            logger.warning("hybrid_trt: the package is exported for CUDA graphs but cannot be captured (%s); "
+                           "loaded, it runs uncaptured", "; ".join(graph_reasons))
+        # reasons empty: load(cuda_graphs=True) captures it whole; placed_for_replay: load's default
+        manifest["cuda_graphs"] = {"reasons": graph_reasons, "placed_for_replay": opts.cuda_graphs}
         manifest["plugins"] = list(plugin_registry.callers_of(program.graph_module.graph))
         _prune_store(store_root, partitions)
         manifest["files"] = pkg.file_table(staging)
@@ -887,7 +887,7 @@ def _deploy_error(e: RuntimeError):
     return None
 
 
-def load(path, *, device=None, cuda_graphs: bool = False) -> DeployedModel:
+def load(path, *, device=None, cuda_graphs: Optional[bool] = None) -> DeployedModel:
     """Open a package and return a callable that runs the model. Nothing is traced, lowered or built: every
     file is checked against the manifest's checksums, engines are loaded from the package (the runtime in
     deploy mode refuses any build), and the AOTInductor package is loaded. Raises PackageError.
@@ -896,7 +896,8 @@ def load(path, *, device=None, cuda_graphs: bool = False) -> DeployedModel:
     CUDA graph, captured at its second call (whole_graph.py: outputs are the caller's own tensors). Only where
     export found the graph capturable (the manifest's ``cuda_graphs`` reasons); otherwise the package runs
     uncaptured, with one warning saying why, as does a shape whose capture fails. ``model.cuda_graphs`` says
-    which."""
+    which. None (the default): as the package was exported for (``export(options={"cuda_graphs": True})``), and
+    a choice against that is warned about once where the export measured placement on a GPU."""
     from ..engines.runtime import Policy, load_runtime
     from ..engines.store import EngineStore
     t0 = time.perf_counter()
@@ -904,6 +905,7 @@ def load(path, *, device=None, cuda_graphs: bool = False) -> DeployedModel:
     _raise_on_damage(package, engines_checked_by_store=True)
     manifest = package.manifest
     device = _load_device(manifest, device)
+    cuda_graphs = _replays(manifest, device, cuda_graphs, package.source)
     store = EngineStore(package.engine_root, _NO_EVICTION, read_only=True)
     policy = Policy(strict=True, max_engines=0, deploy=True)
     for name in manifest.get("plugins", []):  # before the engines: a TensorRT engine may hold its plugin nodes
@@ -953,6 +955,25 @@ def load(path, *, device=None, cuda_graphs: bool = False) -> DeployedModel:
     logger.info("hybrid_trt: package %s loaded in %.3f s (%d partition(s))", package.source,
                 time.perf_counter() - t0, len(runtimes))
     return DeployedModel(package, aoti, runtimes, device, cuda_graphs)
+
+
+def _replays(manifest: dict, device: torch.device, asked: Optional[bool], source) -> bool:
+    """Whether ``load`` replays the package: ``asked``, or what it was exported for. Measured placement chose each
+    partition's side by the timing of the calls it was exported for, uncaptured or replayed, and the two differ:
+    an H100 package exported for uncaptured calls kept an ONNX Runtime partition that under CUDA graphs ran at
+    1.29x Inductor's replay (benchmarks/results/cudagraphs_h100.md, session 31)."""
+    exported_for = pkg.placed_for_replay(manifest)
+    if asked is None:
+        return exported_for
+    measured = (manifest.get("options") or {}).get("placement") != "delegate" and device.type == "cuda"
+    if bool(asked) != exported_for and measured:
+        logger.warning(
+            "hybrid_trt: package %s was placed for %s and is loaded %s: its partitions were kept on their delegates "
+            "by timings of the other kind, so some may run slower than Inductor would. Export it with "
+            "options={'cuda_graphs': %s} for this use", source,
+            "CUDA-graph replay" if exported_for else "calls without CUDA graphs",
+            "with cuda_graphs=True" if asked else "with cuda_graphs=False", bool(asked))
+    return bool(asked)
 
 
 def _replayed(run: Callable, manifest: dict, source: str):

@@ -94,9 +94,10 @@ def _parser() -> argparse.ArgumentParser:
                        "5 checksum mismatch, 6 version/architecture mismatch, 7 reference outputs).")
     p.add_argument("path", metavar="PATH", help="package directory or .zip/.tar/.tgz file")
     p.add_argument("--json", action="store_true", help="print the verdicts as JSON")
-    p.add_argument("--cuda-graphs", action="store_true",
+    p.add_argument("--cuda-graphs", action=argparse.BooleanOptionalAction, default=None,
                    help="run the reference inputs as load(cuda_graphs=True) does (uncaptured, captured, replayed) "
-                        "and check that each shape was captured (exit code 8 otherwise)")
+                        "and check that each shape was captured (exit code 8 otherwise); default: as the package "
+                        "was exported for")
     _import_argument(p)
     p.set_defaults(run=_verify)
 
@@ -107,8 +108,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--model", metavar="MODULE:FACTORY", help="the model's factory, to time eager PyTorch too")
     p.add_argument("--iters", type=int, default=50, help="timed calls per input shape (default 50)")
     p.add_argument("--warmup", type=int, default=5, help="untimed calls first (default 5)")
-    p.add_argument("--cuda-graphs", action="store_true",
-                   help="load with cuda_graphs=True (each shape's call replayed from one CUDA graph)")
+    p.add_argument("--cuda-graphs", action=argparse.BooleanOptionalAction, default=None,
+                   help="load with cuda_graphs=True (each shape's call replayed from one CUDA graph) or False; "
+                        "default: as the package was exported for")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     _import_argument(p)
     p.set_defaults(run=_bench)
@@ -473,10 +475,13 @@ def _inspect(args) -> int:
     if ops:  # hybrid_trt's own ops are registered by importing it (load imports its plugins itself)
         print("custom ops (import their modules before loading): " + ", ".join(
             f"{op['op']} ({op['module'] or 'module unknown'})" for op in ops))
+    from .package import placed_for_replay
     reasons = (m.get("cuda_graphs") or {}).get("reasons")
     print("CUDA graphs: " + ("not recorded (an earlier hybrid_trt wrote the package)" if reasons is None else
                              "load(cuda_graphs=True) captures each shape's whole call" if not reasons else
-                             "load(cuda_graphs=True) runs it uncaptured: " + "; ".join(reasons)))
+                             "load(cuda_graphs=True) runs it uncaptured: " + "; ".join(reasons))
+          + ("; exported for CUDA-graph replay (load's default)" if placed_for_replay(m) else
+             "; exported for calls without CUDA graphs (load's default)"))
     options = {k: v for k, v in m.get("options", {}).items() if v not in (None, [], False)}
     print("options: " + ", ".join(f"{k}={v}" for k, v in options.items()))
     if m.get("report_text"):
@@ -500,15 +505,17 @@ def _bytes(n: int) -> str:
 # ---------------------------------------------------------------------------------------------- verify
 
 
-def verify(path, cuda_graphs: bool = False) -> list:
+def verify(path, cuda_graphs: Optional[bool] = None) -> list:
     """Every check of a package, in order: manifest, files, checksums, environment, reference; with
-    ``cuda_graphs``, the reference inputs run as ``load(cuda_graphs=True)`` runs them (each shape's uncaptured
+    ``cuda_graphs`` (None: as the package was exported for), the reference inputs run as ``load(cuda_graphs=True)`` runs them (each shape's uncaptured
     first call, its capture, a replay: every output checked), then whether each shape was captured."""
-    from .package import Check, PackageError, check_environment, check_files, open_package
+    from .package import Check, PackageError, check_environment, check_files, open_package, placed_for_replay
     try:
         package = open_package(path)
     except PackageError as e:  # its check: the manifest itself, or its checksum file (missing or not matching)
         return [Check(e.check, False, str(e))]
+    if cuda_graphs is None:
+        cuda_graphs = placed_for_replay(package.manifest)
     checks = [Check("manifest", True, f"format {package.manifest['format_version']}, "
                     f"{len(package.manifest['partitions'])} partition(s), {len(package.manifest['files'])} files")]
     checks += check_files(package)

@@ -360,6 +360,13 @@ class Check:
         return {True: "PASS", False: "FAIL", None: "SKIP"}[self.passed]
 
 
+def placed_for_replay(manifest: dict) -> bool:
+    """Whether the package was exported for CUDA-graph replay (``export(options={"cuda_graphs": True})``: its
+    measured placement timed replays), which ``load`` then does by default. False for a package written before
+    this was recorded."""
+    return (manifest.get("cuda_graphs") or {}).get("placed_for_replay") is True
+
+
 def check_files(package: Package, engines_checked_by_store: bool = False) -> list[Check]:
     """Every listed file present (``files``) and matching its checksum (``checksums``).
 
