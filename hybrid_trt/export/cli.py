@@ -507,8 +507,9 @@ def _bytes(n: int) -> str:
 
 def verify(path, cuda_graphs: Optional[bool] = None) -> list:
     """Every check of a package, in order: manifest, files, checksums, environment, reference; with
-    ``cuda_graphs`` (None: as the package was exported for), the reference inputs run as ``load(cuda_graphs=True)`` runs them (each shape's uncaptured
-    first call, its capture, a replay: every output checked), then whether each shape was captured."""
+    ``cuda_graphs`` (None: as the package was exported for), the reference inputs run as
+    ``load(cuda_graphs=True)`` runs them (each shape's uncaptured first call, its capture, a replay: every output
+    checked), then whether each shape was captured."""
     from .package import Check, PackageError, check_environment, check_files, open_package, placed_for_replay
     try:
         package = open_package(path)
