@@ -10,10 +10,10 @@ case ${1:?stage} in
   lanes)  # issue 10: a loaded package in CUDA graphs (new), the whole runner's thread/stream tests (never run on a
           # GPU), and issue 7's CUDA lane
     nvidia-smi --query-gpu=name --format=csv,noheader
-    # -v names each result as it comes; a test running past 120 s has its stacks written to $L/hang.<pid> and its
+    # -v names each result as it comes; a test running past 120 s has its stacks written to $L/hang.log and its
     # worker ended, the run going on (session 30: one test failed and
     # one hung past 400 s, and the quiet output named neither)
-    TEST_HANG_LOG=$L/hang TEST_HANG_EXIT_S=120 timeout ${2:-300} python3 -m pytest -v -p no:cacheprovider -n 8 --dist load -rfE --junitxml=$L/lanes.xml \
+    TEST_HANG_LOG=$L/hang.log TEST_HANG_EXIT_S=120 timeout ${2:-300} python3 -m pytest -v -p no:cacheprovider -n 8 --dist load -rfE --junitxml=$L/lanes.xml \
       -o faulthandler_timeout=150 \
       tests/test_deployed_cuda_graphs.py tests/test_whole_graph.py tests/test_cuda_graphs.py tests/test_cuda_ordering.py \
       tests/test_lowerings.py tests/test_attention.py \

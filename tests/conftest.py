@@ -131,19 +131,18 @@ _hang_log = []
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     """With TEST_HANG_EXIT_S set (the GPU lanes), a test still running after that many seconds has every thread's
-    stack written to TEST_HANG_LOG.<pid> (xdist workers' stderr reaches nobody) and its process ended: under xdist
-    the run reports that test as crashed and goes on, so a hung test names itself instead of holding the run until
-    its time limit (a GPU run lost its summary that way)."""
+    stack appended to TEST_HANG_LOG (xdist workers' stderr reaches nobody; one file for all workers, as the device
+    returns only so many files) and its process ended: under xdist the run reports that test as crashed and goes on,
+    so a hung test names itself instead of holding the run until its time limit (a GPU run lost its summary that
+    way)."""
     if not _HANG_EXIT_S:
         yield
         return
     import faulthandler
     if not _hang_log:
         base = os.environ.get("TEST_HANG_LOG")
-        _hang_log.append(open(f"{base}.{os.getpid()}", "w") if base else sys.stderr)
+        _hang_log.append(open(base, "a") if base else sys.stderr)
     log = _hang_log[0]
-    log.write(f"{item.nodeid}\n")
-    log.flush()
     faulthandler.dump_traceback_later(_HANG_EXIT_S, exit=True, file=log)
     try:
         yield
