@@ -14,7 +14,6 @@ case ${1:?stage} in
     # worker ended, the run going on (session 30: one test failed and
     # one hung past 400 s, and the quiet output named neither)
     TEST_HANG_LOG=$L/hang.log TEST_HANG_EXIT_S=120 timeout ${2:-300} python3 -m pytest -v -p no:cacheprovider -n 8 --dist load -rfE --junitxml=$L/lanes.xml \
-      -o faulthandler_timeout=150 \
       tests/test_deployed_cuda_graphs.py tests/test_whole_graph.py tests/test_cuda_graphs.py tests/test_cuda_ordering.py \
       tests/test_lowerings.py tests/test_attention.py \
       -k "deployed or cuda or whole or stream or bounded_dimension or shape_change" > $L/lanes.log 2>&1

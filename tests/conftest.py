@@ -128,6 +128,13 @@ _HANG_EXIT_S = float(os.environ.get("TEST_HANG_EXIT_S", "0") or 0)
 _hang_log = []
 
 
+def pytest_configure(config):
+    # A process has one faulthandler timer: pytest's own (faulthandler_timeout, dump only) would replace ours.
+    if _HANG_EXIT_S and float(config.getini("faulthandler_timeout") or 0) > 0:
+        raise pytest.UsageError("TEST_HANG_EXIT_S and faulthandler_timeout both set the one faulthandler timer; "
+                                "drop faulthandler_timeout")
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     """With TEST_HANG_EXIT_S set (the GPU lanes), a test still running after that many seconds has every thread's

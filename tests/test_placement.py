@@ -554,11 +554,13 @@ def test_measuring_leaves_the_users_random_stream_alone(tmp_path):
 
 
 @pytest.mark.parametrize("for_replay", [False, True])
-def test_export_places_for_the_calls_the_package_is_for(tmp_path, monkeypatch, hybrid_logs, for_replay):
+def test_export_places_for_the_calls_the_package_is_for(tmp_path, monkeypatch, for_replay):
     """export(options={"cuda_graphs": True}) says the package is for CUDA-graph replay: measured placement times
     the partitions as replays (an H100 package placed by uncaptured timings kept an ONNX Runtime partition that ran
-    at 1.29x Inductor's replay under load(cuda_graphs=True)); the manifest records it and load, verify and bench
-    follow it by default. (It used to be refused.)"""
+    at 1.29x Inductor's replay under load(cuda_graphs=True)); the manifest records it and load and verify follow it
+    by default. (It used to be refused.) Export's capture verdict is cleared here, as a capturable CUDA package's
+    is; a CPU package's own verdict is the next test."""
+    from hybrid_trt import cudagraphs
     from hybrid_trt.export.cli import verify
     seen = []
     real = placement.place
@@ -567,21 +569,14 @@ def test_export_places_for_the_calls_the_package_is_for(tmp_path, monkeypatch, h
         seen.append(cuda_graphs)
         return real(candidates, cuda_graphs, strict, store)
     monkeypatch.setattr(placement, "place", place)
+    monkeypatch.setattr(cudagraphs, "package_reasons", lambda *a: [])
     model, x = Net().eval(), torch.randn(2, 3, 16, 16)
     options = {"placement": "measured", **({"cuda_graphs": True} if for_replay else {})}
     path = hybrid_trt.export(model, (x,), options=options, path=str(tmp_path / "pkg"))
     assert seen == [for_replay]
-    warned = [r.getMessage() for r in hybrid_logs.records if r.name.startswith("hybrid_trt")]  # a CPU package:
-    # replays asked for, none possible
-    assert len(warned) == int(for_replay) and all("exported for CUDA graphs but cannot be captured" in w and
-                                                  "runs on the CPU" in w for w in warned), warned
-    hybrid_logs.clear()
     loaded = hybrid_trt.load(path)
-    assert loaded.manifest["cuda_graphs"]["placed_for_replay"] is for_replay
-    # A CPU package replays nothing: asked for by its export, load says so once and runs it uncaptured.
-    assert (loaded.cuda_graphs is not None) is for_replay
-    warned = [r.getMessage() for r in hybrid_logs.records if r.name.startswith("hybrid_trt")]
-    assert len(warned) == int(for_replay) and all("runs without CUDA graphs" in w for w in warned), warned
+    assert loaded.manifest["cuda_graphs"] == {"reasons": [], "placed_for_replay": for_replay}
+    assert (loaded.cuda_graphs is not None) is for_replay  # replayed by default (here on the CPU: uncaptured)
     with torch.no_grad():
         assert_close(loaded(x), model(x), 1e-5, 1e-5)
     assert hybrid_trt.load(path, cuda_graphs=False).cuda_graphs is None
@@ -589,24 +584,52 @@ def test_export_places_for_the_calls_the_package_is_for(tmp_path, monkeypatch, h
     assert "cuda_graphs" not in [c.name for c in verify(path, cuda_graphs=False)]
 
 
-@pytest.mark.parametrize("device, placement_option, asked, warns", [
-    ("cuda", "auto", True, True), ("cuda", "measured", False, True), ("cuda", "delegate", True, False),
-    ("cpu", "auto", True, False), ("cuda", "auto", None, False)])
+def test_a_package_for_replays_that_cannot_be_captured_says_so_at_export_and_loads_uncaptured(tmp_path, capsys,
+                                                                                              hybrid_logs):
+    """A CPU package exported for CUDA graphs: export warns once that it cannot be captured and what to do; load
+    and verify run it uncaptured by default (no failing check for what export already said); inspect shows it was
+    exported for replay, not that load replays it."""
+    from hybrid_trt.export.cli import main, verify
+    model, x = Net().eval(), torch.randn(2, 3, 16, 16)
+    path = hybrid_trt.export(model, (x,), options={"cuda_graphs": True}, path=str(tmp_path / "pkg"))
+    warned = [r.getMessage() for r in hybrid_logs.records if r.name.startswith("hybrid_trt")]
+    assert len(warned) == 1 and "exported for CUDA graphs but cannot be captured" in warned[0] and \
+        "runs on the CPU" in warned[0] and "without cuda_graphs" in warned[0], warned
+    hybrid_logs.clear()
+    loaded = hybrid_trt.load(path)
+    assert loaded.manifest["cuda_graphs"]["placed_for_replay"] is True and loaded.cuda_graphs is None
+    assert not [r for r in hybrid_logs.records if r.name.startswith("hybrid_trt")]
+    assert all(c.passed for c in verify(path)) and "cuda_graphs" not in [c.name for c in verify(path)]
+    assert main(["inspect", str(path)]) == 0
+    line = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("CUDA graphs:")][0]
+    assert line.endswith("; exported for CUDA-graph replay"), line
+
+
+@pytest.mark.parametrize("device, placement_option, asked, capturable, replays, warns", [
+    ("cuda", "auto", "other", True, "other", True),      # run the other way than placed for
+    ("cuda", "measured", "other", True, "other", True),
+    ("cuda", "auto", "same", True, "same", False),       # as placed for, asked
+    ("cuda", "auto", None, True, "same", False),         # as placed for, by default
+    ("cuda", "delegate", "other", True, "other", False),  # nothing was timed
+    ("cpu", "auto", "other", True, "other", False),      # "auto" delegates on the CPU: nothing was timed
+    ("cuda", "auto", None, False, False, None)])         # cannot be captured: uncaptured by default
 def test_loading_against_the_calls_a_package_was_placed_for_warns(hybrid_logs, device, placement_option, asked,
-                                                                 warns):
-    """A GPU package placed by measurement for one kind of call and loaded for the other is warned about once,
-    with what to do; placement "delegate" (nothing timed), a CPU package (placement "auto" delegates there) and
-    load's default (what it was exported for) are not."""
+                                                                 capturable, replays, warns):
+    """Whether load replays a package (asked, or by default what it was exported for where it can be captured),
+    and one warning where a GPU package placed by measurement runs the other way than it was placed for: not for
+    placement "delegate" (nothing timed), a CPU package, or a run as placed for."""
     from hybrid_trt.export import api
     for exported_for in (False, True):
         hybrid_logs.clear()
         manifest = {"options": {"placement": placement_option},
-                    "cuda_graphs": {"reasons": [], "placed_for_replay": exported_for}}
-        want = exported_for if asked is None else (not exported_for)
-        assert api._replays(manifest, torch.device(device), want if asked is not None else None, "p.pkg") is want
+                    "cuda_graphs": {"reasons": [] if capturable else ["a CPU op"], "placed_for_replay": exported_for}}
+        pick = {"other": not exported_for, "same": exported_for, None: None}
+        want = pick[replays] if replays in pick else replays
+        assert api._replays(manifest, torch.device(device), pick[asked], "p.pkg") is want
         warned = [r.getMessage() for r in hybrid_logs.records if r.name.startswith("hybrid_trt")]
-        assert len(warned) == int(warns), warned
-        if warns:
+        expect = (want != exported_for) if warns is None else warns
+        assert len(warned) == int(expect), warned
+        if expect:
             assert "p.pkg" in warned[0] and f"options={{'cuda_graphs': {want}}}" in warned[0], warned
 
 

@@ -217,8 +217,10 @@ def export(model: torch.nn.Module, example_inputs, *, dynamic_shapes=None, shape
                              time.perf_counter() - t_start, in_spec)
         manifest["custom_ops"] = custom_ops.used(program.graph_module.graph)
         if opts.cuda_graphs and graph_reasons:  # asked for replays it cannot have: said now, not first at load
-            logger.warning("hybrid_trt: the package is exported for CUDA graphs but cannot be captured (%s); "
-                           "loaded, it runs uncaptured", "; ".join(graph_reasons))
+            logger.warning("hybrid_trt: the package is exported for CUDA graphs but cannot be captured (%s): loaded, "
+                           "it runs uncaptured, with its partitions placed by replay timings it will not get. "
+                           "Export it without cuda_graphs (options, HYBRID_TRT_CUDA_GRAPHS) for a package placed "
+                           "for uncaptured calls", "; ".join(graph_reasons))
         # reasons empty: load(cuda_graphs=True) captures it whole; placed_for_replay: load's default
         manifest["cuda_graphs"] = {"reasons": graph_reasons, "placed_for_replay": opts.cuda_graphs}
         manifest["plugins"] = list(plugin_registry.callers_of(program.graph_module.graph))
@@ -896,8 +898,8 @@ def load(path, *, device=None, cuda_graphs: Optional[bool] = None) -> DeployedMo
     CUDA graph, captured at its second call (whole_graph.py: outputs are the caller's own tensors). Only where
     export found the graph capturable (the manifest's ``cuda_graphs`` reasons); otherwise the package runs
     uncaptured, with one warning saying why, as does a shape whose capture fails. ``model.cuda_graphs`` says
-    which. None (the default): as the package was exported for (``export(options={"cuda_graphs": True})``), and
-    a choice against that is warned about once where the export measured placement on a GPU."""
+    which. None (the default): as the package was exported for (``export(options={"cuda_graphs": True})``)
+    where it can be captured; running a GPU package placed by measurement the other way is warned about once."""
     from ..engines.runtime import Policy, load_runtime
     from ..engines.store import EngineStore
     t0 = time.perf_counter()
@@ -958,22 +960,23 @@ def load(path, *, device=None, cuda_graphs: Optional[bool] = None) -> DeployedMo
 
 
 def _replays(manifest: dict, device: torch.device, asked: Optional[bool], source) -> bool:
-    """Whether ``load`` replays the package: ``asked``, or what it was exported for. Measured placement chose each
-    partition's side by the timing of the calls it was exported for, uncaptured or replayed, and the two differ:
-    an H100 package exported for uncaptured calls kept an ONNX Runtime partition that under CUDA graphs ran at
-    1.29x Inductor's replay (benchmarks/results/cudagraphs_h100.md, session 31)."""
+    """Whether ``load`` replays the package: ``asked``, or by default what it was exported for where it can be
+    captured. Measured placement chose each partition's side by the timing of the calls it was exported for,
+    uncaptured or replayed, and the two differ: an H100 package exported for uncaptured calls kept an ONNX Runtime
+    partition that under CUDA graphs ran at 1.29x Inductor's replay (benchmarks/results/cudagraphs_h100.md,
+    session 31). So a GPU package placed by measurement and run the other way is warned about, once."""
     exported_for = pkg.placed_for_replay(manifest)
-    if asked is None:
-        return exported_for
+    replays = pkg.replays_by_default(manifest) if asked is None else bool(asked)
     measured = (manifest.get("options") or {}).get("placement") != "delegate" and device.type == "cuda"
-    if bool(asked) != exported_for and measured:
+    if replays != exported_for and measured:
         logger.warning(
-            "hybrid_trt: package %s was placed for %s and is loaded %s: its partitions were kept on their delegates "
-            "by timings of the other kind, so some may run slower than Inductor would. Export it with "
+            "hybrid_trt: package %s was placed for %s and runs %s: its partitions were kept on their delegates by "
+            "timings of the other kind, so some may run slower than Inductor would. Export it with "
             "options={'cuda_graphs': %s} for this use", source,
             "CUDA-graph replay" if exported_for else "calls without CUDA graphs",
-            "with cuda_graphs=True" if asked else "with cuda_graphs=False", bool(asked))
-    return bool(asked)
+            "with CUDA graphs" if replays else "without CUDA graphs" + (
+                "" if asked is not None else " (it cannot be captured: hybrid-trt inspect says why)"), replays)
+    return replays
 
 
 def _replayed(run: Callable, manifest: dict, source: str):

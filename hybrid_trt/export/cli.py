@@ -4,13 +4,14 @@
                       [--dynamic NAME:DIM[=[SYMBOL:]MIN:MAX]]
                       [--option KEY=VALUE]
     hybrid-trt inspect PATH [--json]
-    hybrid-trt verify PATH [--json] [--cuda-graphs]
-    hybrid-trt bench PATH [--model MODULE:FACTORY] [--iters N] [--cuda-graphs]
+    hybrid-trt verify PATH [--json] [--[no-]cuda-graphs]
+    hybrid-trt bench PATH [--model MODULE:FACTORY] [--iters N] [--[no-]cuda-graphs]
 
 FACTORY is a function of MODULE (an importable module, or a path to a .py file) that returns the model and its
 example inputs (a tensor, or a tuple of tensors and tuples, lists or dicts of tensors). Exit codes: 0 success;
 1 export or bench failed; 2 bad arguments; verify: the first failing check's code (``package.EXIT_CODES``: 3
-manifest, 4 missing file, 5 checksum, 6 version/architecture, 7 reference outputs).
+manifest, 4 missing file, 5 checksum, 6 version/architecture, 7 reference outputs, 8 a reference shape not
+captured in a CUDA graph).
 """
 from __future__ import annotations
 
@@ -475,13 +476,13 @@ def _inspect(args) -> int:
     if ops:  # hybrid_trt's own ops are registered by importing it (load imports its plugins itself)
         print("custom ops (import their modules before loading): " + ", ".join(
             f"{op['op']} ({op['module'] or 'module unknown'})" for op in ops))
-    from .package import placed_for_replay
+    from .package import placed_for_replay, replays_by_default
     reasons = (m.get("cuda_graphs") or {}).get("reasons")
     print("CUDA graphs: " + ("not recorded (an earlier hybrid_trt wrote the package)" if reasons is None else
                              "load(cuda_graphs=True) captures each shape's whole call" if not reasons else
                              "load(cuda_graphs=True) runs it uncaptured: " + "; ".join(reasons))
-          + ("; exported for CUDA-graph replay (load's default)" if placed_for_replay(m) else
-             "; exported for calls without CUDA graphs (load's default)"))
+          + ("; exported for calls without CUDA graphs (load's default)" if not placed_for_replay(m) else
+             "; exported for CUDA-graph replay" + (" (load's default)" if replays_by_default(m) else "")))
     options = {k: v for k, v in m.get("options", {}).items() if v not in (None, [], False)}
     print("options: " + ", ".join(f"{k}={v}" for k, v in options.items()))
     if m.get("report_text"):
@@ -510,13 +511,13 @@ def verify(path, cuda_graphs: Optional[bool] = None) -> list:
     ``cuda_graphs`` (None: as the package was exported for), the reference inputs run as
     ``load(cuda_graphs=True)`` runs them (each shape's uncaptured first call, its capture, a replay: every output
     checked), then whether each shape was captured."""
-    from .package import Check, PackageError, check_environment, check_files, open_package, placed_for_replay
+    from .package import Check, PackageError, check_environment, check_files, open_package, replays_by_default
     try:
         package = open_package(path)
     except PackageError as e:  # its check: the manifest itself, or its checksum file (missing or not matching)
         return [Check(e.check, False, str(e))]
     if cuda_graphs is None:
-        cuda_graphs = placed_for_replay(package.manifest)
+        cuda_graphs = replays_by_default(package.manifest)
     checks = [Check("manifest", True, f"format {package.manifest['format_version']}, "
                     f"{len(package.manifest['partitions'])} partition(s), {len(package.manifest['files'])} files")]
     checks += check_files(package)

@@ -367,6 +367,13 @@ def placed_for_replay(manifest: dict) -> bool:
     return (manifest.get("cuda_graphs") or {}).get("placed_for_replay") is True
 
 
+def replays_by_default(manifest: dict) -> bool:
+    """Whether ``load`` (and ``verify``) replay the package when not told: exported for replay, and export found
+    nothing that keeps it from being captured (else it runs uncaptured either way, and saying so at every
+    ``verify`` as a failed check would only repeat what export warned about)."""
+    return placed_for_replay(manifest) and (manifest.get("cuda_graphs") or {}).get("reasons") == []
+
+
 def check_files(package: Package, engines_checked_by_store: bool = False) -> list[Check]:
     """Every listed file present (``files``) and matching its checksum (``checksums``).
 
