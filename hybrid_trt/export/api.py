@@ -217,10 +217,12 @@ def export(model: torch.nn.Module, example_inputs, *, dynamic_shapes=None, shape
                              time.perf_counter() - t_start, in_spec)
         manifest["custom_ops"] = custom_ops.used(program.graph_module.graph)
         if opts.cuda_graphs and graph_reasons:  # asked for replays it cannot have: said now, not first at load
+            on_gpu = _device_of(args).type == "cuda"  # (placement times nothing for replays on the CPU)
             logger.warning("hybrid_trt: the package is exported for CUDA graphs but cannot be captured (%s): loaded, "
-                           "it runs uncaptured, with its partitions placed by replay timings it will not get. "
-                           "Export it without cuda_graphs (options, HYBRID_TRT_CUDA_GRAPHS) for a package placed "
-                           "for uncaptured calls", "; ".join(graph_reasons))
+                           "it runs uncaptured%s. Export it without cuda_graphs (options, HYBRID_TRT_CUDA_GRAPHS)%s",
+                           "; ".join(graph_reasons),
+                           ", with its partitions placed by replay timings it will not get" if on_gpu else "",
+                           " for a package placed for uncaptured calls" if on_gpu else "")
         # reasons empty: load(cuda_graphs=True) captures it whole; placed_for_replay: load's default
         manifest["cuda_graphs"] = {"reasons": graph_reasons, "placed_for_replay": opts.cuda_graphs}
         manifest["plugins"] = list(plugin_registry.callers_of(program.graph_module.graph))
