@@ -706,3 +706,37 @@ def test_nested_inputs_through_the_command(tmp_path):
                   "--iters", "3", "--json"])
     assert bench.returncode == 0, bench.stderr
     assert all(row["speedup"] > 0 for row in json.loads(bench.stdout))  # eager ran on the nested inputs
+
+
+@pytest.mark.parametrize("form", ["program", "module"])
+def test_what_torch_export_made_exports(tmp_path, form):
+    """An ExportedProgram, or its module() (what a pt2e-quantized model is): the module refuses eval() with torch's
+    bare NotImplementedError ("Calling eval() is not supported yet"), which failed every such export."""
+    torch.manual_seed(0)
+    model, x = _InductorReadsTheInput().eval(), torch.randn(2, 3, 16, 16)
+    program = torch.export.export(model, (x,))
+    given = program if form == "program" else program.module()
+    if form == "module":
+        with pytest.raises(NotImplementedError):
+            given.eval()  # the premise: the captured module refuses the mode switch
+    loaded = hybrid_trt.load(hybrid_trt.export(given, (x,), path=tmp_path / "e.pkg"))
+    with torch.no_grad():
+        y = torch.randn(2, 3, 16, 16)
+        for got, want in zip(loaded(y), model(y)):
+            assert torch.allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_a_package_failing_at_its_reference_run_is_an_export_error(tmp_path, monkeypatch):
+    """AOTInductor's compiled code failing on the reference inputs (pt2e int8 models met a kernel Inductor's
+    passes chose that the CPU build lacks) is an ExportError naming the shapes and the error, with the cause
+    chained, and no package or staging directory is left behind."""
+    def failing_package(path, *a, **k):
+        def run(*inputs):
+            raise RuntimeError("Could not run 'aten::some_kernel' with arguments from the 'CPU' backend.\nmore")
+        return run
+    monkeypatch.setattr(torch._inductor, "aoti_load_package", failing_package)
+    with pytest.raises(hybrid_trt.ExportError, match=r"failed when run on input shapes \[2x3x16x16\]: RuntimeError: "
+                       r"Could not run 'aten::some_kernel'.*chained exception") as info:
+        hybrid_trt.export(_InductorReadsTheInput().eval(), (torch.randn(2, 3, 16, 16),), path=tmp_path / "f.pkg")
+    assert isinstance(info.value.__cause__, RuntimeError)
+    assert list(tmp_path.iterdir()) == []

@@ -98,6 +98,9 @@ def export(model: torch.nn.Module, example_inputs, *, dynamic_shapes=None, shape
            progress: Optional[Progress] = None) -> pathlib.Path:
     """Build engines for every listed input shape, compile the rest with AOTInductor, write one package.
 
+    ``model``: a module, or what torch.export made of one (an ``ExportedProgram`` or its ``module()``, as a
+    pt2e-quantized model is), exported in eval mode (a captured module keeps the mode it was captured in).
+
     ``example_inputs``: a tensor or a tuple of the model's positional arguments: tensors, or tuples, lists and
     dicts of tensors (nested: the package takes each tensor as an input named by its place, ``batch.image``, and
     a loaded package is called with the same structure, or with the tensors alone).
@@ -114,6 +117,8 @@ def export(model: torch.nn.Module, example_inputs, *, dynamic_shapes=None, shape
 
     progress = progress or (lambda what, done, total: None)
     t_start = time.perf_counter()
+    if isinstance(model, torch.export.ExportedProgram):  # what the user exported already: its module
+        model = model.module()
     try:
         args, leaves, names, in_spec = example_tensors(model, example_inputs)
     except ValueError as e:
@@ -151,7 +156,7 @@ def export(model: torch.nn.Module, example_inputs, *, dynamic_shapes=None, shape
     modes = [(m, m.training) for m in model.modules()]  # the package is the eval-mode model; the caller's modes
     try:                                                 # are put back when export ends, whatever happens
         with torch.no_grad():
-            model.eval()
+            to_eval(model)
             eager = [_flat_outputs(model(*c)) for c in cases]
         progress("capturing with torch.export", 0, 1)
         from ..capture.exported import capture_export
@@ -193,8 +198,16 @@ def export(model: torch.nn.Module, example_inputs, *, dynamic_shapes=None, shape
         references = []
         for i, (case, expected) in enumerate(zip(cases, eager)):
             progress(f"building engines for input shapes {_shapes_text(case)}", done, total)
-            with torch.no_grad():
-                got = _flat_outputs(compiled(*case))
+            try:
+                with torch.no_grad():
+                    got = _flat_outputs(compiled(*case))
+            except Exception as e:  # AOTInductor's code (e.g. a kernel its passes chose that this build lacks)
+                first = (str(e).strip().splitlines() or [""])[0]
+                first = first if len(first) <= _LINE_CHARS else f"{first[:_LINE_CHARS]} [...]"
+                raise ExportError(f"the compiled package failed when run on input shapes {_shapes_text(case)}: "
+                                  f"{type(e).__name__}: {first}. The chained exception shows where (AOTInductor's "
+                                  "code for the graph left to Inductor, or an engine); torch.compile(model, "
+                                  "backend='hybrid_trt') may still run the model") from e
             problem = compare_outputs(got, expected, rtol, atol)
             if problem:
                 what = ("Loosen rtol/atol if this is expected numerical difference, or report the partition (see "
@@ -533,6 +546,18 @@ class _FlatInputs(torch.nn.Module):
 
     def forward(self, *leaves):
         return self.model(*pytree.tree_unflatten(list(leaves), self.in_spec))
+
+
+def to_eval(model: torch.nn.Module) -> torch.nn.Module:
+    """``model.eval()``, except for a module torch.export captured (``ExportedProgram.module()``, and so every
+    pt2e-quantized model), which refuses ``train()``/``eval()`` with NotImplementedError: its mode was fixed when
+    it was captured, so it is left as it is (export used to fail on it with torch's bare error)."""
+    try:
+        model.eval()
+    except NotImplementedError:
+        logger.debug("hybrid_trt: %s refuses eval() (a module captured by torch.export): its mode is the one it was "
+                     "captured in", type(model).__name__)
+    return model
 
 
 def example_tensors(model: torch.nn.Module, example_inputs) -> tuple:

@@ -605,8 +605,9 @@ def _bench(args) -> int:
         return e.exit_code
     eager = None
     if args.model:
+        from .api import to_eval
         eager, _ = load_factory(args.model)
-        eager = eager.eval()
+        eager = to_eval(eager)
     results = []
     for ref in model.manifest["reference"]:
         data = torch.load(model.package.root / ref["file"], weights_only=True)
