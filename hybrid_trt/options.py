@@ -89,11 +89,9 @@ class Options:
         is missing, or lacks what the options ask, is left out with a warning, or raises under ``strict``) that
         build engines at ``precision`` (``delegates.honouring_precision``)."""
         from .delegates import available_delegates, honouring_precision, usable_of
-        if self.delegates is not None:
-            return honouring_precision(usable_of(self.delegates, self.strict, self), self.precision, True,
-                                       self.strict)
-        return honouring_precision(usable_of(available_delegates(), self.strict, self), self.precision, False,
-                                   self.strict)
+        named = self.delegates is not None
+        usable = usable_of(self.delegates if named else available_delegates(), self.strict, self)
+        return honouring_precision(usable, self.precision, named, self.strict)
 
 
 _NOT_COMPILED = frozenset({"print_report", "cache", "cache_dir", "cache_max_bytes"})

@@ -158,8 +158,9 @@ def honouring_precision(names: Sequence[str], precision: str, named: bool, stric
     cannot = [n for n in names if precision not in _DELEGATES[n].precisions]
     able = [n for n, d in _DELEGATES.items() if precision in d.precisions]
     if named and cannot:
-        raise ValueError(f"option 'precision'={precision!r} is not supported by the {', '.join(cannot)} delegate, which "
-                         f"runs partitions in the model's own dtypes; use precision='fp32', or delegates={able!r}")
+        raise ValueError(f"option 'precision'={precision!r} is not supported by the {', '.join(cannot)} delegate, "
+                         f"which runs partitions in the model's own dtypes; use precision='fp32', or "
+                         f"delegates={able!r}")
     left = tuple(n for n in names if n not in cannot)
     if not left and names:
         why = "; ".join(f"{n}: {_DELEGATES[n].unavailable_reason() or 'usable'}" for n in able)
