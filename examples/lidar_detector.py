@@ -27,6 +27,7 @@ from torch import nn
 if __package__ in (None, ""):
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
+from examples.detections import compare_detections  # noqa: E402,F401 - this module's callers use it from here
 from hybrid_trt.plugins.sparse import (  # noqa: E402
     SparseConv3d,
     SparseConvTensor,
@@ -279,28 +280,6 @@ def make_inputs(config: str | DetectorConfig = "small", device="cpu", dtype=torc
     intensity = torch.rand((coords.shape[0], 1), generator=g)
     features = torch.cat([metric.flip(1), intensity], dim=1)  # (x, y, z, intensity)
     return features.to(device=device, dtype=dtype), coords.to(device)
-
-
-def compare_detections(a, b, atol: float, rtol: float, min_matched: float = 0.9) -> None:
-    """Sorted scores must match. Peaks whose scores tie within tolerance may
-    swap places in the top-k (or at its cut-off), so each detection of ``a``
-    is paired with the nearest same-class detection of ``b`` whose centre is
-    within the box tolerance; at least ``min_matched`` of them must pair up,
-    and paired boxes must match in every field."""
-    boxes_a, scores_a, labels_a = (t.float() if t.is_floating_point() else t for t in a)
-    boxes_b, scores_b, labels_b = (t.float() if t.is_floating_point() else t for t in b)
-    torch.testing.assert_close(scores_a, scores_b, atol=atol, rtol=rtol)
-    box_atol, box_rtol = atol * 10, rtol * 10
-    xy_a, xy_b = boxes_a[..., :, None, :2], boxes_b[..., None, :, :2]  # [B, K, 1, 2], [B, 1, K, 2]
-    close = ((xy_a - xy_b).abs() <= box_atol + box_rtol * xy_b.abs()).all(dim=-1)
-    close &= labels_a[..., :, None] == labels_b[..., None, :]
-    dist = torch.cdist(boxes_a[..., :2], boxes_b[..., :2]).masked_fill(~close, float("inf"))  # [B, K, K]
-    nearest, j = dist.min(dim=-1)
-    paired = torch.isfinite(nearest)
-    if paired.float().mean() < min_matched:
-        raise AssertionError(f"only {paired.float().mean():.0%} of detections pair up with a same-class detection")
-    matched_b = torch.gather(boxes_b, 1, j[..., None].expand(-1, -1, boxes_b.shape[-1]))
-    torch.testing.assert_close(boxes_a[paired], matched_b[paired], atol=box_atol, rtol=box_rtol)
 
 
 def main(argv=None) -> int:

@@ -171,3 +171,26 @@ class NormHead(nn.Module):
 def norm_head():
     torch.manual_seed(0)
     return NormHead().eval(), (torch.randn(1, 3, 16, 16),)
+
+
+class _ScoresInAnotherOrder(nn.Module):
+    """Right scores in another order: the package (what torch.export traced) returns them reversed, as float16 on a
+    GPU can order a top-k's near-equal scores otherwise than eager does. Element by element the outputs differ."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+
+    def forward(self, x):
+        scores = torch.sigmoid(self.conv(x)).flatten(1)
+        return scores.flip(-1) if torch.compiler.is_exporting() else scores
+
+
+def scores_in_another_order():
+    torch.manual_seed(0)
+    return _ScoresInAnotherOrder().eval(), (torch.randn(1, 3, 8, 8),)
+
+
+def same_scores(got, expected):
+    """The comparison for ``scores_in_another_order``: the same values, in any order."""
+    torch.testing.assert_close(got[0].sort(-1).values, expected[0].sort(-1).values, rtol=1e-4, atol=1e-5)

@@ -740,3 +740,99 @@ def test_a_package_failing_at_its_reference_run_is_an_export_error(tmp_path, mon
         hybrid_trt.export(_InductorReadsTheInput().eval(), (torch.randn(2, 3, 16, 16),), path=tmp_path / "f.pkg")
     assert isinstance(info.value.__cause__, RuntimeError)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_outputs_right_in_another_order_fail_element_wise_and_pass_the_users_comparison(tmp_path, capsys):
+    """The example detector in float16 on an H100 could not be exported: its top-k ordered near-equal scores
+    otherwise than eager ("output 0: 4/250 elements differ (max abs error 38)"), and no tolerance expresses that.
+    Element by element the mismatch says the values are the same in another order; ``compare`` (``--compare``)
+    checks them as the model means them, the manifest names it, and verify asks for it rather than importing it."""
+    model, example = export_models.scores_in_another_order()
+    with pytest.raises(hybrid_trt.ExportError, match=r"output 0: \d+/256 elements differ .* but hold the same values "
+                       r"in another order .*give export a compare function"):
+        hybrid_trt.export(model, example, path=tmp_path / "plain.pkg")
+    assert list(tmp_path.iterdir()) == []
+
+    path = tmp_path / "compared.pkg"
+    assert cli.main(["export", "export_models:scores_in_another_order", "--out", str(path), "--quiet",
+                     "--compare", "export_models:same_scores"]) == 0
+    manifest = json.loads((path / pkg.MANIFEST).read_text())
+    assert manifest["tolerance"]["compare"] == "export_models:same_scores"
+    capsys.readouterr()
+    assert cli.main(["inspect", str(path)]) == 0
+    assert "reference check: by export_models:same_scores (verify --compare export_models:same_scores)" in \
+        capsys.readouterr().out
+
+    assert cli.main(["verify", str(path)]) == pkg.EXIT_CODES["reference"] == 7
+    out = capsys.readouterr().out
+    assert "FAIL  reference" in out and "hybrid-trt verify PATH --compare export_models:same_scores" in out
+    assert cli.main(["verify", str(path), "--compare", "export_models:same_scores"]) == 0
+    assert "match (by export_models:same_scores)" in capsys.readouterr().out
+    # a comparison that finds a difference fails verify with its message
+    assert cli.main(["verify", str(path), "--compare", "test_export:_never_equal"]) == 7
+    assert "test_export:_never_equal: scores differ" in capsys.readouterr().out
+    with torch.no_grad():  # the premise: the package's scores are eager's, reversed
+        x = torch.randn(1, 3, 8, 8)
+        got, want = hybrid_trt.load(path)(x), model(x)
+    assert not torch.allclose(got, want) and torch.allclose(got, want.flip(-1), rtol=1e-4, atol=1e-5)
+
+
+def _never_equal(got, expected):
+    return "scores differ"
+
+
+def test_a_comparison_that_fails_is_an_export_error_naming_it(tmp_path):
+    model, example = export_models.scores_in_another_order()
+
+    def broken(got, expected):
+        raise ValueError("comparison boom")
+
+    with pytest.raises(hybrid_trt.ExportError, match=r"the comparison .*broken raised ValueError: comparison boom") \
+            as info:
+        hybrid_trt.export(model, example, path=tmp_path / "a.pkg", compare=broken)
+    assert isinstance(info.value.__cause__, ValueError)
+    with pytest.raises(hybrid_trt.ExportError, match="compare must be a function"):
+        hybrid_trt.export(model, example, path=tmp_path / "b.pkg", compare="export_models:same_scores")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_output_check_verdicts():
+    from hybrid_trt.export.reference_check import OutputCheck
+    a, b = [torch.tensor([1.0, 2.0, 3.0])], [torch.tensor([1.0, 2.0, 3.5])]
+    assert OutputCheck().problem(a, a) is None
+    text = OutputCheck().problem(a, b)
+    assert text.startswith("output 0: 1/3 elements differ") and "another order" not in text
+    assert "another order" in OutputCheck().problem([a[0].flip(0)], a)
+    assert OutputCheck().problem([torch.tensor([1, 2])], [torch.tensor([2, 1])]).endswith("otherwise)")
+    for verdict, expected in ((None, None), (True, None), (False, "returned False"), ("boxes differ", ": boxes differ")):
+        problem = OutputCheck(compare=lambda g, e, v=verdict: v).problem(a, b)
+        assert problem == expected if expected is None else problem.endswith(expected)
+
+    def asserting(g, e):
+        torch.testing.assert_close(g[0], e[0])
+    problem = OutputCheck(compare=asserting).problem(a, b)
+    assert problem.startswith("test_export:test_output_check_verdicts.<locals>.asserting: Tensor-likes are not close!")
+    with pytest.raises(TypeError, match="returned a int"):
+        OutputCheck(compare=lambda g, e: 3).problem(a, b)
+
+
+def test_the_example_detectors_comparison_takes_reordered_detections_only():
+    """``examples.factories:compare_detector`` (for ``--compare``): two detections trading places pass, a box
+    moved or a detection above the cut-off without a partner fails; a detection at the cut-off may differ."""
+    from examples import factories
+    model, x = factories.detector()
+    with torch.no_grad():
+        boxes, scores, labels = model(x)
+    expected = [boxes, scores, labels]
+    order = torch.arange(boxes.shape[1])
+    order[[3, 4]] = order[[4, 3]]
+    assert factories.compare_detector([boxes[:, order], scores[:, order], labels[:, order]], expected) is None
+    moved = boxes.clone()
+    moved[0, 0, 0] += 2.0
+    with pytest.raises(AssertionError, match="scoring above the top-k's cut-off have no same-class detection"):
+        factories.compare_detector([moved, scores, labels], expected)
+    at_cutoff = boxes.clone()
+    at_cutoff[0, -1, :2] += 10.0
+    assert factories.compare_detector([at_cutoff, scores, labels], expected) is None
+    with pytest.raises(AssertionError):
+        factories.compare_detector([boxes, scores * 1.1, labels], expected)

@@ -25,7 +25,7 @@ import re
 import shutil
 import threading
 import time
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional
 
 import torch
 import torch.utils._pytree as pytree
@@ -42,11 +42,10 @@ from . import package as pkg
 from .engine_check import EngineCheck
 from .input_dims import DimCheck, describe as describe_dims
 from .package import PackageError
+from .reference_check import DEFAULT_ATOL, DEFAULT_RTOL, OutputCheck
 
 # Engines of a package are never evicted from its store.
 _NO_EVICTION = 1 << 62
-DEFAULT_RTOL = 1e-3
-DEFAULT_ATOL = 1e-4
 
 
 class ExportError(RuntimeError):
@@ -94,7 +93,7 @@ def _capture_failed(e: Exception, path) -> str:
 
 
 def export(model: torch.nn.Module, example_inputs, *, dynamic_shapes=None, shapes=None, options=None,
-           path, rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL,
+           path, rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL, compare: Optional[Callable] = None,
            progress: Optional[Progress] = None) -> pathlib.Path:
     """Build engines for every listed input shape, compile the rest with AOTInductor, write one package.
 
@@ -109,7 +108,10 @@ def export(model: torch.nn.Module, example_inputs, *, dynamic_shapes=None, shape
     ``dynamic_shapes`` is None, the dimensions that differ become dynamic.
     ``path``: a directory, or a file ending in .zip, .tar, .tar.gz or .tgz (any case). ``rtol``/``atol``: how
     closely the package must match eager PyTorch on every listed shape (checked here, and again by
-    ``hybrid-trt verify``).
+    ``hybrid-trt verify``). ``compare``: instead of rtol/atol, a function ``compare(got, expected)`` of the
+    flattened outputs (lists of CPU tensors) returning None/True on a match, False or a message otherwise, or
+    raising AssertionError: for outputs that are right in another order (a top-k over near-equal scores). Its
+    ``module:name`` is recorded; ``hybrid-trt verify --compare`` must be given the same one.
     Returns the path written. Raises ExportError (or the model's own error from torch.export).
     """
     from ..options import make_options
@@ -117,6 +119,10 @@ def export(model: torch.nn.Module, example_inputs, *, dynamic_shapes=None, shape
 
     progress = progress or (lambda what, done, total: None)
     t_start = time.perf_counter()
+    try:
+        check = OutputCheck(rtol, atol, compare)
+    except TypeError as e:
+        raise ExportError(f"hybrid_trt.export: {e}") from None
     if isinstance(model, torch.export.ExportedProgram):  # what the user exported already: its module
         model = model.module()
     try:
@@ -208,10 +214,16 @@ def export(model: torch.nn.Module, example_inputs, *, dynamic_shapes=None, shape
                                   f"{type(e).__name__}: {first}. The chained exception shows where (AOTInductor's "
                                   "code for the graph left to Inductor, or an engine); torch.compile(model, "
                                   "backend='hybrid_trt') may still run the model") from e
-            problem = compare_outputs(got, expected, rtol, atol)
+            try:
+                problem = check.problem(got, expected)
+            except Exception as e:  # the user's comparison failed: theirs to fix, with its traceback chained
+                raise ExportError(f"hybrid_trt.export: the comparison {check.compare_name} raised "
+                                  f"{type(e).__name__}: {e}") from e
             if problem:
-                what = ("Loosen rtol/atol if this is expected numerical difference, or report the partition (see "
-                        "the report)")
+                what = ("Loosen rtol/atol if this is expected numerical difference; give export a compare "
+                        "function where outputs can be right and still differ element by element (another order); "
+                        "or report the partition (see the report)") if compare is None else (
+                    "Check the comparison, or report the partition (see the report)")
                 if tiled and [g.shape for g in got] != [e.shape for e in expected]:
                     what = ("torch.export specialises a dimension whose example size is 1, so the model was traced "
                             "with its dynamic dimensions of size 1 at size 2, and at size 1 the model gives outputs "
@@ -226,7 +238,7 @@ def export(model: torch.nn.Module, example_inputs, *, dynamic_shapes=None, shape
         del compiled
         partitions = _partition_table(report, runtimes, store_root, staging)
         _warn_shapes_only(partitions)
-        manifest = _manifest(capture, cases, names, opts, report, partitions, references, runtimes, rtol, atol,
+        manifest = _manifest(capture, cases, names, opts, report, partitions, references, runtimes, check,
                              time.perf_counter() - t_start, in_spec)
         manifest["custom_ops"] = custom_ops.used(program.graph_module.graph)
         if opts.cuda_graphs and graph_reasons:  # asked for replays it cannot have: said now, not first at load
@@ -502,7 +514,7 @@ def _slim_entries(store_root: pathlib.Path) -> None:
         logger.debug("hybrid_trt: package entry %s: dropped %s (not read by a load)", meta["key"][:12], drop)
 
 
-def _manifest(capture, cases, names, opts, report, partitions, references, runtimes, rtol, atol,
+def _manifest(capture, cases, names, opts, report, partitions, references, runtimes, check: OutputCheck,
               seconds, in_spec) -> dict:
     """``in_spec``: the structure of nested positional inputs (None: a tensor per argument)."""
     from .. import __version__
@@ -528,7 +540,7 @@ def _manifest(capture, cases, names, opts, report, partitions, references, runti
                **({"in_spec": pytree.treespec_dumps(in_spec)} if in_spec is not None else {})},
         "partitions": partitions,
         "reference": references,
-        "tolerance": {"rtol": rtol, "atol": atol},
+        "tolerance": check.to_manifest(),
         "report": pkg.jsonable(report.to_dict()),
         "report_text": report.table(),
     }
@@ -716,27 +728,6 @@ def _flat_outputs(out) -> list[torch.Tensor]:
                           "counted over its flattened outputs); return tensors (in tuples, lists or dicts) only: "
                           "wrap a number in torch.tensor(...) or leave it out of the outputs")
     return [x.detach() for x in leaves]
-
-
-def compare_outputs(got: Sequence[torch.Tensor], expected: Sequence[torch.Tensor], rtol: float,
-                    atol: float) -> Optional[str]:
-    """None when ``got`` matches ``expected``; else what differs (first mismatch)."""
-    if len(got) != len(expected):
-        return f"{len(got)} outputs, expected {len(expected)}"
-    for k, (g, e) in enumerate(zip(got, expected)):
-        if g.shape != e.shape or g.dtype != e.dtype:
-            return f"output {k}: {g.dtype}{list(g.shape)}, expected {e.dtype}{list(e.shape)}"
-        g, e = g.cpu(), e.cpu()
-        if e.dtype.is_floating_point:
-            close = torch.isclose(g, e, rtol=rtol, atol=atol * max(1.0, float(e.abs().max()) if e.numel() else 1.0),
-                                  equal_nan=True)
-        else:
-            close = g == e
-        if not bool(close.all()):
-            bad = int((~close).sum())
-            err = float((g.double() - e.double()).abs().max())
-            return f"output {k}: {bad}/{e.numel()} elements differ (max abs error {err:.3g}, rtol {rtol}, atol {atol})"
-    return None
 
 
 def _save_reference(staging: pathlib.Path, i: int, case, expected) -> dict:

@@ -25,7 +25,7 @@ import re
 import statistics
 import sys
 import time
-from typing import Optional
+from typing import Callable, Optional
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -78,6 +78,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="a hybrid_trt option (see README: Options); repeatable")
     p.add_argument("--rtol", type=float, default=None, help="relative tolerance against eager (default 1e-3)")
     p.add_argument("--atol", type=float, default=None, help="absolute tolerance against eager (default 1e-4)")
+    _compare_argument(p, "instead of --rtol/--atol, compare the package's outputs with eager's by FUNCTION(got, "
+                      "expected): for outputs that are right in another order (a top-k over near-equal scores). "
+                      "verify needs the same --compare")
     p.add_argument("--quiet", action="store_true", help="no progress bar and no report")
     p.add_argument("--traceback", action="store_true", help="show the traceback of an unexpected failure")
     p.set_defaults(run=_export)
@@ -99,6 +102,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="run the reference inputs as load(cuda_graphs=True) does (uncaptured, captured, replayed) "
                         "and check that each shape was captured (exit code 8 otherwise); default: as the package "
                         "was exported for")
+    _compare_argument(p, "the comparison the package was exported with (its manifest names it; verify does not "
+                      "import code a package names)")
     _import_argument(p)
     p.set_defaults(run=_verify)
 
@@ -116,6 +121,12 @@ def _parser() -> argparse.ArgumentParser:
     _import_argument(p)
     p.set_defaults(run=_bench)
     return parser
+
+
+def _compare_argument(p, text: str) -> None:
+    p.add_argument("--compare", metavar="MODULE:FUNCTION", help=f"{text}. FUNCTION takes two lists of tensors "
+                   "(the outputs, flattened) and returns None or True on a match, False or a message otherwise, "
+                   "or raises AssertionError")
 
 
 def _import_argument(p) -> None:
@@ -140,6 +151,7 @@ def _export(args) -> int:
         path = export(model, example, dynamic_shapes=dynamic, shapes=shapes, options=options, path=args.out,
                       rtol=DEFAULT_RTOL if args.rtol is None else args.rtol,
                       atol=DEFAULT_ATOL if args.atol is None else args.atol,
+                      compare=load_function(args.compare, "FUNCTION") if args.compare else None,
                       progress=bar.update if bar else None)
     except (ExportError, PackageError, ValueError) as e:
         if bar:
@@ -388,17 +400,24 @@ def import_user_module(module_name: str):
         raise UsageError(f"cannot import {module_name!r}: {e}") from None
 
 
-def load_factory(spec: str):
+def load_function(spec: str, what: str):
+    """The function MODULE:NAME names (NAME may be dotted: a class's static method). Raises UsageError."""
     module_name, sep, attr = spec.rpartition(":")
     if not sep or not module_name or not attr:
-        raise UsageError(f"{spec!r}: expected MODULE:FACTORY, e.g. examples.factories:resnet18")
-    module = import_user_module(module_name)
-    if not hasattr(module, attr):
-        raise UsageError(f"{module_name} has no function {attr!r}")
-    factory = getattr(module, attr)
-    if not callable(factory):
-        raise UsageError(f"{module_name}.{attr} is a {type(factory).__name__}, not a function; MODULE:FACTORY "
-                         "names a function returning (model, example_inputs)")
+        raise UsageError(f"{spec!r}: expected MODULE:{what}, e.g. examples.factories:"
+                         f"{'resnet18' if what == 'FACTORY' else 'compare_detector'}")
+    obj = import_user_module(module_name)
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise UsageError(f"{module_name} has no function {attr!r}")
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise UsageError(f"{module_name}.{attr} is a {type(obj).__name__}, not a function")
+    return obj
+
+
+def load_factory(spec: str):
+    factory = load_function(spec, "FACTORY")
     try:
         result = factory()
     except Exception as e:  # the user's code: say where it failed, and keep its traceback as the cause
@@ -483,6 +502,9 @@ def _inspect(args) -> int:
                              "load(cuda_graphs=True) runs it uncaptured: " + "; ".join(reasons))
           + ("; exported for calls without CUDA graphs (load's default)" if not placed_for_replay(m) else
              "; exported for CUDA-graph replay" + (" (load's default)" if replays_by_default(m) else "")))
+    tol = m.get("tolerance", {})
+    print("reference check: " + (f"by {tol['compare']} (verify --compare {tol['compare']})" if tol.get("compare")
+                                 else f"rtol {tol.get('rtol')}, atol {tol.get('atol')}"))
     options = {k: v for k, v in m.get("options", {}).items() if v not in (None, [], False)}
     print("options: " + ", ".join(f"{k}={v}" for k, v in options.items()))
     if m.get("report_text"):
@@ -506,11 +528,12 @@ def _bytes(n: int) -> str:
 # ---------------------------------------------------------------------------------------------- verify
 
 
-def verify(path, cuda_graphs: Optional[bool] = None) -> list:
+def verify(path, cuda_graphs: Optional[bool] = None, compare: Optional[Callable] = None) -> list:
     """Every check of a package, in order: manifest, files, checksums, environment, reference; with
     ``cuda_graphs`` (None: as the package was exported for), the reference inputs run as
     ``load(cuda_graphs=True)`` runs them (each shape's uncaptured first call, its capture, a replay: every output
-    checked), then whether each shape was captured."""
+    checked), then whether each shape was captured. ``compare``: the comparison the package was exported with
+    (``export(compare=...)``); a package exported with one fails its reference check without it."""
     from .package import Check, PackageError, check_environment, check_files, open_package, replays_by_default
     try:
         package = open_package(path)
@@ -527,23 +550,29 @@ def verify(path, cuda_graphs: Optional[bool] = None) -> list:
         if cuda_graphs:
             checks.append(Check("cuda_graphs", None, "not run: the package's files are not intact"))
     else:
-        checks += _check_reference(package, cuda_graphs)
+        checks += _check_reference(package, cuda_graphs, compare)
     return checks
 
 
-def _check_reference(package, cuda_graphs: bool) -> list:
+def _check_reference(package, cuda_graphs: bool, compare: Optional[Callable]) -> list:
     import torch
-    from .api import compare_outputs, load, _flat_outputs
+    from .api import load, _flat_outputs
     from .package import Check
+    from .reference_check import DEFAULT_ATOL, DEFAULT_RTOL, OutputCheck
     m = package.manifest
     graphs_not_run = [Check("cuda_graphs", None, "not run: the reference check failed")] if cuda_graphs else []
+    tol = m.get("tolerance", {})
+    check = OutputCheck(tol.get("rtol", DEFAULT_RTOL), tol.get("atol", DEFAULT_ATOL), compare)
+    if tol.get("compare") and compare is None:
+        return [Check("reference", False, f"the package was exported with the comparison {tol['compare']}, which "
+                      "its outputs need instead of rtol/atol; give it: hybrid-trt verify PATH --compare "
+                      f"{tol['compare']} (python: hybrid_trt.export.cli.verify(path, compare=...))")
+                ] + graphs_not_run
     try:
         # the package opened here: not extracted again, and errors name its source
         model = load(package, cuda_graphs=cuda_graphs)
     except Exception as e:  # noqa: BLE001 - reported as this check's verdict
         return [Check("reference", False, f"the package does not load: {type(e).__name__}: {e}")] + graphs_not_run
-    tol = m.get("tolerance", {})
-    rtol, atol = tol.get("rtol", 1e-3), tol.get("atol", 1e-4)
     runs = ("first call", "capture", "replay") if cuda_graphs else ("call",)
     for ref in m["reference"]:
         data = torch.load(package.root / ref["file"], weights_only=True)
@@ -555,12 +584,16 @@ def _check_reference(package, cuda_graphs: bool) -> list:
                     got = _flat_outputs(model(*inputs))
             except Exception as e:  # noqa: BLE001
                 return [Check("reference", False, f"{case} fail to run: {type(e).__name__}: {e}")] + graphs_not_run
-            problem = compare_outputs(got, data["outputs"], rtol, atol)
+            try:
+                problem = check.problem(got, data["outputs"])
+            except Exception as e:  # noqa: BLE001 - the user's comparison: reported as this check's verdict
+                return [Check("reference", False, f"{case}: the comparison {check.compare_name} raised "
+                              f"{type(e).__name__}: {e}")] + graphs_not_run
             if problem:
                 return [Check("reference", False, f"{case}: outputs differ from the stored ones: {problem}. The "
                               "engines or this machine compute differently: do not deploy; export again on a "
                               "machine like this one")] + graphs_not_run
-    checks = [Check("reference", True, f"{len(m['reference'])} reference case(s) match (rtol {rtol}, atol {atol})"
+    checks = [Check("reference", True, f"{len(m['reference'])} reference case(s) match ({check.describe()})"
                     + (", each uncaptured, captured and replayed" if cuda_graphs else ""))]
     if cuda_graphs:
         record = model.cuda_graphs
@@ -573,7 +606,8 @@ def _check_reference(package, cuda_graphs: bool) -> list:
 def _verify(args) -> int:
     for module in args.imports:
         import_user_module(module)
-    checks = verify(args.path, cuda_graphs=args.cuda_graphs)
+    checks = verify(args.path, cuda_graphs=args.cuda_graphs,
+                    compare=load_function(args.compare, "FUNCTION") if args.compare else None)
     code = next((c.exit_code for c in checks if c.passed is False), 0)
     if args.json:
         print(json.dumps({"path": str(args.path), "exit_code": code,
