@@ -1,6 +1,8 @@
 """The one logger of the package: everything user-visible goes through ``logging.getLogger("hybrid_trt")``."""
 import contextlib
+import functools
 import logging
+import warnings
 
 logger = logging.getLogger("hybrid_trt")
 
@@ -22,3 +24,20 @@ def quiet(*names: str, level: int = logging.ERROR):
     finally:
         for lg, lvl in zip(loggers, before):
             lg.setLevel(lvl)
+
+
+# torch 2.11's pytree deprecates LeafSpec and warns when torch.export's programs are copied: "FutureWarning:
+# `isinstance(treespec, LeafSpec)` is deprecated, use ..." (every export on the GPU machine, session 32). torch's
+# own code, nothing the user can change; other FutureWarnings still show.
+_TORCH_FUTURE_NOISE = (r"`?isinstance\(treespec, LeafSpec\)` is deprecated",)
+
+
+def without_torch_future_noise(fn):
+    """``fn`` with torch's deprecation notices about its own internals (above) kept from the user."""
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        with warnings.catch_warnings():
+            for message in _TORCH_FUTURE_NOISE:
+                warnings.filterwarnings("ignore", message=message, category=FutureWarning)
+            return fn(*args, **kwargs)
+    return call

@@ -836,3 +836,22 @@ def test_the_example_detectors_comparison_takes_reordered_detections_only():
     assert factories.compare_detector([at_cutoff, scores, labels], expected) is None
     with pytest.raises(AssertionError):
         factories.compare_detector([boxes, scores * 1.1, labels], expected)
+
+
+def test_torchs_own_deprecation_notice_is_kept_from_the_user(tmp_path, monkeypatch, recwarn):
+    """torch 2.11 warned "`isinstance(treespec, LeafSpec)` is deprecated" at every export on the GPU machine
+    (torch's own pytree use): kept off the terminal; any other FutureWarning still shows."""
+    import warnings
+    from hybrid_trt.capture import exported
+    capture = exported.capture_export
+
+    def noisy(*args, **kwargs):
+        warnings.warn("`isinstance(treespec, LeafSpec)` is deprecated, use `isinstance(treespec, TreeSpec) and "
+                      "treespec.is_leaf()` instead.", FutureWarning)
+        warnings.warn("some other deprecation", FutureWarning)
+        return capture(*args, **kwargs)
+
+    monkeypatch.setattr(exported, "capture_export", noisy)
+    hybrid_trt.export(_InductorReadsTheInput().eval(), (torch.randn(2, 3, 16, 16),), path=tmp_path / "n.pkg")
+    messages = [str(w.message) for w in recwarn.list]
+    assert "some other deprecation" in messages and not any("LeafSpec" in m for m in messages), messages

@@ -35,7 +35,7 @@ from ..capture.bounds import finite
 from ..engines import ranges as _ranges
 from ..engines.op import run_surfacing_failures
 from ..inductor_fixes import inductor_defects_avoided
-from ..log import TORCH_CPP_BUILDER, logger, quiet
+from ..log import TORCH_CPP_BUILDER, logger, quiet, without_torch_future_noise
 from ..plugins import registry as plugin_registry
 from . import custom_ops
 from . import package as pkg
@@ -92,6 +92,7 @@ def _capture_failed(e: Exception, path) -> str:
 # ---------------------------------------------------------------------------------------------- export
 
 
+@without_torch_future_noise
 def export(model: torch.nn.Module, example_inputs, *, dynamic_shapes=None, shapes=None, options=None,
            path, rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL, compare: Optional[Callable] = None,
            progress: Optional[Progress] = None) -> pathlib.Path:
@@ -965,6 +966,8 @@ def load(path, *, device=None, cuda_graphs: Optional[bool] = None) -> DeployedMo
     absent = custom_ops.missing(manifest.get("custom_ops", []))
     if absent:
         raise PackageError(f"hybrid_trt package {package.source}: {pkg.missing_ops_text(absent)}", "environment")
+    if device.type == "cuda":
+        _current_context(device)
     try:
         aoti = _load_aoti(package.aoti_path, device.index if device.type == "cuda" and device.index is not None
                           else -1, single_threaded=cuda_graphs)
@@ -1036,6 +1039,17 @@ def _raise_on_damage(package: pkg.Package, engines_checked_by_store: bool = Fals
     for check in pkg.check_files(package, engines_checked_by_store):
         if not check.passed:
             raise PackageError(f"hybrid_trt package {package.source}: {check.detail}", check.name)
+
+
+def _current_context(device: torch.device) -> None:
+    """The device's CUDA context created and current before AOTInductor's loader runs. On an H100 (session 32) a
+    fresh process whose first CUDA work was this load segfaulted inside ``AOTIModelPackageLoader`` (a package with
+    no engine, so nothing had touched CUDA), and did not when onnxruntime's import had run first. That a missing
+    context is the cause is suspected, not verified on a GPU (tests/test_deployed_cuda_graphs.py
+    ``test_a_fresh_process_verifies_a_cuda_package`` checks it there)."""
+    with torch.cuda.device(device):
+        torch.zeros(1, device=device)
+        torch.cuda.synchronize(device)
 
 
 def _load_aoti(path: pathlib.Path, device_index: int, single_threaded: bool = False):
