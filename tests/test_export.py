@@ -855,3 +855,15 @@ def test_torchs_own_deprecation_notice_is_kept_from_the_user(tmp_path, monkeypat
     hybrid_trt.export(_InductorReadsTheInput().eval(), (torch.randn(2, 3, 16, 16),), path=tmp_path / "n.pkg")
     messages = [str(w.message) for w in recwarn.list]
     assert "some other deprecation" in messages and not any("LeafSpec" in m for m in messages), messages
+
+
+def test_a_bad_compare_is_a_usage_error_before_any_work(tmp_path, capsys, monkeypatch):
+    from hybrid_trt.export import api
+    monkeypatch.setattr(api, "export", lambda *a, **k: pytest.fail("export ran with a bad --compare"))
+    for spec, said in (("export_models:no_such", "export_models has no function 'no_such'"),
+                       ("no_colon", "expected MODULE:FUNCTION")):
+        assert cli.main(["export", "export_models:resnet18", "--out", str(tmp_path / "p.pkg"),
+                         "--compare", spec]) == cli.EXIT_USAGE
+        assert said in capsys.readouterr().err
+    assert cli.main(["verify", str(tmp_path / "absent.pkg"), "--compare", "export_models:no_such"]) == cli.EXIT_USAGE
+    assert "has no function 'no_such'" in capsys.readouterr().err

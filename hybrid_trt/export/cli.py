@@ -145,14 +145,14 @@ def _export(args) -> int:
     shapes = [parse_shape(s) for s in args.shape] or None
     arguments = parse_dynamic(args.dynamic)
     options = parse_options(args.option)
+    compare = load_function(args.compare, "FUNCTION") if args.compare else None  # a usage error before any work
     model, example, dynamic = _model_and_dims(args.factory, shapes, arguments)
     bar = None if args.quiet else ProgressBar()
     try:
         path = export(model, example, dynamic_shapes=dynamic, shapes=shapes, options=options, path=args.out,
                       rtol=DEFAULT_RTOL if args.rtol is None else args.rtol,
                       atol=DEFAULT_ATOL if args.atol is None else args.atol,
-                      compare=load_function(args.compare, "FUNCTION") if args.compare else None,
-                      progress=bar.update if bar else None)
+                      compare=compare, progress=bar.update if bar else None)
     except (ExportError, PackageError, ValueError) as e:
         if bar:
             bar.close()
