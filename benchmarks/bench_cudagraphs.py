@@ -457,11 +457,13 @@ def to_markdown(rows: list, header: str, variants) -> str:
         lines.append(
             label + " " + " | ".join(_fmt(ms.get(v)) for v in variants)
             + f" | {_ratio(ms.get('hybrid_cg'), ms.get('inductor_ro'))}"
-            + f" | {_ratio(ms.get('hybrid_cg_mp'), ms.get('inductor_ro'))} | {_ratio(ms.get('hybrid_cg'), ms.get('ort_cg'))}"
+            + f" | {_ratio(ms.get('hybrid_cg_mp'), ms.get('inductor_ro'))}"
+            + f" | {_ratio(ms.get('hybrid_cg'), ms.get('ort_cg'))}"
             + f" | {r.get('cuda_graphs', '-')} | {err.get('hybrid_cg', float('nan')):.1e}, "
               f"{err.get('hybrid_cg_mp', float('nan')):.1e}, {err.get('ort_cg', float('nan')):.1e}"
             + f" | {r.get('compile_s', {}).get('hybrid_cg', '-')}, {r.get('compile_s', {}).get('hybrid_cg_mp', '-')}"
-            + " | " + "; ".join(f"{LABELS[v]} {_ratio(ms.get(v), ms.get('inductor_ro'))}, {_ratio(ms.get(v), ms.get('ort_cg'))}"
+            + " | " + "; ".join(f"{LABELS[v]} {_ratio(ms.get(v), ms.get('inductor_ro'))}, "
+                                f"{_ratio(ms.get(v), ms.get('ort_cg'))}"
                                 for v in variants if v.endswith("_nhwc") and v.startswith("hybrid_cg"))
             + f" | {_ratio(ms.get('inductor_ro_copy'), ms.get('inductor_ro'))}"
             + " | " + "; ".join(f"{LABELS[v]} {_ratio(ms.get(v), ms.get('inductor_ro'))}, "

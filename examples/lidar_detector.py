@@ -156,7 +156,8 @@ class LidarDetector(nn.Module):
         self.backbone2d = BEVBackboneNeck(bev_in, cfg.bev_channels, cfg.neck_channels)
         self.head = CenterHead(2 * cfg.neck_channels, cfg.head_channels, cfg.num_classes)
         # Metres per BEV pixel and the BEV origin, for decoding (8x stride in y/x).
-        self.register_buffer("bev_scale", torch.tensor([cfg.voxel_size[2] * 8, cfg.voxel_size[1] * 8]), persistent=False)
+        self.register_buffer("bev_scale", torch.tensor([cfg.voxel_size[2] * 8, cfg.voxel_size[1] * 8]),
+                             persistent=False)
         self.register_buffer(
             "bev_origin", torch.tensor([cfg.point_cloud_origin[2], cfg.point_cloud_origin[1]]), persistent=False
         )

@@ -91,7 +91,8 @@ def test_a_capturable_package_replays_through_the_runner(cleared_package, stand_
             out = loaded(x)
             assert_close(out, model(x), 1e-5, 1e-5, what=f"call {k}")
             outs.append((out, model(x)))
-    assert len(stand_in_capture) == 1 and stand_in_capture[0].replays == 1 + 3  # warm-up; capture (and its replay); 3 replays
+    # warm-up; capture (and its replay); 3 replays
+    assert len(stand_in_capture) == 1 and stand_in_capture[0].replays == 1 + 3
     for k, (out, expected) in enumerate(outs):  # kept across calls: never overwritten by a later one
         assert_close(out, expected, 1e-5, 1e-5, what=f"kept output {k}")
 

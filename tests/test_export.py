@@ -281,7 +281,8 @@ print("LIDAR", "hybrid_trt.plugins.sparse" in sys.modules, sorted(registry.activ
     assert refused.returncode == 6 and "FAIL  environment" in refused.stdout and "--import" in refused.stdout, \
         refused.stdout
     imported = _run(["-m", "hybrid_trt.export.cli", "verify", str(packages["detector"]), "--import", "export_models"])
-    assert imported.returncode == 0 and "all checks passed" in imported.stdout, imported.stdout + imported.stderr[-2000:]
+    assert imported.returncode == 0 and "all checks passed" in imported.stdout, \
+        imported.stdout + imported.stderr[-2000:]
 
 
 def test_static_package_refuses_an_unlisted_shape(packages):
@@ -804,7 +805,8 @@ def test_output_check_verdicts():
     assert text.startswith("output 0: 1/3 elements differ") and "another order" not in text
     assert "another order" in OutputCheck().problem([a[0].flip(0)], a)
     assert OutputCheck().problem([torch.tensor([1, 2])], [torch.tensor([2, 1])]).endswith("otherwise)")
-    for verdict, expected in ((None, None), (True, None), (False, "returned False"), ("boxes differ", ": boxes differ")):
+    for verdict, expected in ((None, None), (True, None), (False, "returned False"),
+                              ("boxes differ", ": boxes differ")):
         problem = OutputCheck(compare=lambda g, e, v=verdict: v).problem(a, b)
         assert problem == expected if expected is None else problem.endswith(expected)
 

@@ -869,7 +869,8 @@ class DeployedModel:
                           for p in self.manifest["partitions"])
         listed = ", ".join(_shapes_text_lists(c) for c in self.manifest["shapes"])
         return EngineNotInPackage(
-            f"hybrid_trt package {self.package.source}: no engines for input shapes {shapes}: {parts or 'no partitions'}. "
+            f"hybrid_trt package {self.package.source}: no engines for input shapes {shapes}: "
+            f"{parts or 'no partitions'}. "
             f"The package was exported for input shapes {listed} (static). Export again listing this shape "
             "(hybrid-trt export --shape ...) or with dynamic dimensions.")
 
