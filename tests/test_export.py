@@ -869,3 +869,44 @@ def test_a_bad_compare_is_a_usage_error_before_any_work(tmp_path, capsys, monkey
         assert said in capsys.readouterr().err
     assert cli.main(["verify", str(tmp_path / "absent.pkg"), "--compare", "export_models:no_such"]) == cli.EXIT_USAGE
     assert "has no function 'no_such'" in capsys.readouterr().err
+
+
+def test_a_damaged_archive_is_a_checksum_failure_with_its_own_message(packages, tmp_path, capsys):
+    """A .tgz cut short gave a raw EOFError traceback (exit 1; load raised EOFError); a .zip cut short was called
+    "neither a package directory nor a .zip/.tar/.tgz package"; a zip with a flipped byte failed the manifest check
+    (exit 3). Each is a damaged package: exit 5, and load raises PackageError."""
+    made = {}
+    for fmt, suffix in (("gztar", ".tgz"), ("zip", ".zip")):
+        archive = shutil.make_archive(str(tmp_path / f"whole_{fmt}"), fmt, root_dir=packages["resnet18"])
+        assert cli.main(["verify", archive]) == 0  # the premise: the archive as made is a good package
+        made[suffix] = pathlib.Path(archive).read_bytes()
+    capsys.readouterr()
+    cut_tgz, cut_zip, flipped_zip = tmp_path / "cut.tgz", tmp_path / "cut.zip", tmp_path / "flipped.zip"
+    cut_tgz.write_bytes(made[".tgz"][: len(made[".tgz"]) // 2])
+    cut_zip.write_bytes(made[".zip"][: len(made[".zip"]) // 2])
+    data = bytearray(made[".zip"])
+    data[len(data) // 3] ^= 0xFF  # inside a member's compressed data
+    flipped_zip.write_bytes(bytes(data))
+    for damaged, said in ((cut_tgz, "cannot extract the package (EOFError"), (cut_zip, "not a readable .zip"),
+                          (flipped_zip, "it is damaged")):
+        assert cli.main(["verify", str(damaged)]) == pkg.EXIT_CODES["checksums"] == 5, damaged
+        out = capsys.readouterr().out
+        assert "FAIL  checksums" in out and said in out, out
+        with pytest.raises(pkg.PackageError, match="damaged"):
+            hybrid_trt.load(damaged)
+
+
+def test_a_bad_tolerance_is_refused_before_any_work(tmp_path, capsys, monkeypatch):
+    """rtol=-1 (or --atol nan) failed only after every engine was built, as "the comparison None raised
+    RuntimeError: rtol must be greater than or equal to zero"."""
+    from hybrid_trt.capture import exported
+    monkeypatch.setattr(exported, "capture_export", lambda *a, **k: pytest.fail("capture ran with a bad tolerance"))
+    model, example = export_models.resnet18()
+    for kwargs in ({"rtol": -1.0}, {"atol": float("nan")}, {"rtol": "1e-3"}):
+        with pytest.raises(hybrid_trt.ExportError, match=r"(rtol|atol) must be a finite number >= 0"):
+            hybrid_trt.export(model, example, path=tmp_path / "t.pkg", **kwargs)
+    for flag, value in (("--rtol", "-1"), ("--atol", "nan")):
+        assert cli.main(["export", "export_models:resnet18", "--out", str(tmp_path / "t.pkg"), flag, value]) \
+            == cli.EXIT_USAGE
+        assert f"error: {flag} must be a finite number >= 0" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []

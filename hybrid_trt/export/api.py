@@ -122,7 +122,7 @@ def export(model: torch.nn.Module, example_inputs, *, dynamic_shapes=None, shape
     t_start = time.perf_counter()
     try:
         check = OutputCheck(rtol, atol, compare)
-    except TypeError as e:
+    except (TypeError, ValueError) as e:
         raise ExportError(f"hybrid_trt.export: {e}") from None
     if isinstance(model, torch.export.ExportedProgram):  # what the user exported already: its module
         model = model.module()
@@ -218,6 +218,8 @@ def export(model: torch.nn.Module, example_inputs, *, dynamic_shapes=None, shape
             try:
                 problem = check.problem(got, expected)
             except Exception as e:  # the user's comparison failed: theirs to fix, with its traceback chained
+                if compare is None:
+                    raise
                 raise ExportError(f"hybrid_trt.export: the comparison {check.compare_name} raised "
                                   f"{type(e).__name__}: {e}") from e
             if problem:

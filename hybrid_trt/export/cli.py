@@ -146,6 +146,11 @@ def _export(args) -> int:
     arguments = parse_dynamic(args.dynamic)
     options = parse_options(args.option)
     compare = load_function(args.compare, "FUNCTION") if args.compare else None  # a usage error before any work
+    from .reference_check import OutputCheck
+    try:
+        OutputCheck(DEFAULT_RTOL if args.rtol is None else args.rtol, DEFAULT_ATOL if args.atol is None else args.atol)
+    except ValueError as e:
+        raise UsageError(f"--{e}") from None
     model, example, dynamic = _model_and_dims(args.factory, shapes, arguments)
     bar = None if args.quiet else ProgressBar()
     try:

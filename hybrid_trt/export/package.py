@@ -30,6 +30,7 @@ import tarfile
 import tempfile
 import weakref
 import zipfile
+import zlib
 from typing import Any, Callable, Optional
 
 FORMAT = "hybrid_trt.package"
@@ -312,6 +313,9 @@ def _extract(archive: pathlib.Path) -> pathlib.Path:
         # name (a renamed or differently compressed archive) by content; tarfile reads gzip, bz2 and xz.
         kind = _suffix_kind(archive)
         as_tar = kind in ("tar", "tar.gz") or (kind != "zip" and tarfile.is_tarfile(archive))
+        if kind == "zip" and not zipfile.is_zipfile(archive):  # no central directory: cut short or overwritten
+            raise PackageError(f"{archive}: not a readable .zip (its zip directory is missing: the file was cut "
+                               "short or overwritten); it is damaged: copy or export it again", "checksums")
         if not as_tar and zipfile.is_zipfile(archive):
             with zipfile.ZipFile(archive) as z:
                 for name in z.namelist():
@@ -327,9 +331,10 @@ def _extract(archive: pathlib.Path) -> pathlib.Path:
                 t.extractall(root, members=members)
         else:
             raise PackageError(f"{archive} is neither a package directory nor a .zip/.tar/.tgz package")
-    except (OSError, zipfile.BadZipFile, tarfile.TarError) as e:
+    except (OSError, EOFError, zlib.error, zipfile.BadZipFile, tarfile.TarError) as e:  # EOFError: gzip cut short
         shutil.rmtree(root, ignore_errors=True)
-        raise PackageError(f"{archive}: cannot extract the package ({e}); it is damaged: export it again") from None
+        raise PackageError(f"{archive}: cannot extract the package ({type(e).__name__}: {e}); it is damaged: copy "
+                           "or export it again", "checksums") from None
     except PackageError:
         shutil.rmtree(root, ignore_errors=True)
         raise

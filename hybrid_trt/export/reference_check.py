@@ -10,6 +10,7 @@ check would then run code named by the file it is checking) but asks for it.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Callable, Optional, Sequence
 
 import torch
@@ -31,6 +32,11 @@ class OutputCheck:
     compare: Optional[Callable] = None
 
     def __post_init__(self):
+        for name in ("rtol", "atol"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+                    or value < 0:
+                raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
         if self.compare is not None and not callable(self.compare):
             raise TypeError(f"compare must be a function (got, expected) -> None | bool | str, got "
                             f"{type(self.compare).__name__}")
