@@ -10,6 +10,9 @@ logger = logging.getLogger("hybrid_trt")
 # machine with CUDA_HOME but no CUDA runtime: "No CUDA runtime is found, using CUDA_HOME=...". True of the
 # machine, nothing about the model: kept off the terminal while hybrid_trt compiles.
 TORCH_CPP_BUILDER = "torch.utils.cpp_extension"
+# torch.export's shape solver warns of inequalities it cannot solve ("The inequality ... cannot be solved using
+# solve_univariate_inequality") on the way to its own error or success: kept off the terminal while it captures.
+SYMBOLIC_SHAPES = "torch.fx.experimental.symbolic_shapes"
 
 
 @contextlib.contextmanager

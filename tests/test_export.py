@@ -910,3 +910,29 @@ def test_a_bad_tolerance_is_refused_before_any_work(tmp_path, capsys, monkeypatc
             == cli.EXIT_USAGE
         assert f"error: {flag} must be a finite number >= 0" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
+
+
+class _PairsTheBatch(torch.nn.Module):
+    """Splits its batch in two halves: an odd batch has no such split, so a batch range made dynamic fails."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3)
+
+    def forward(self, x):
+        a, b = self.conv(x).chunk(2, dim=0)
+        return (a * b).relu().sum((2, 3))
+
+
+def test_listed_shapes_the_model_cannot_take_as_a_range_say_what_export_made_of_them(tmp_path, capfd):
+    """Listing batch 2 and 6 made the batch dynamic over [2..6], which a model splitting its batch in halves cannot
+    take: the error was torch's alone ("Constraints violated ... replace your export() call with draft_export()"),
+    not saying that the listed shapes had made the dimension dynamic or what to do instead."""
+    with pytest.raises(hybrid_trt.ExportError) as info:
+        hybrid_trt.export(_PairsTheBatch().eval(), (torch.randn(2, 3, 16, 16),), path=tmp_path / "p.pkg",
+                          shapes=[{"x": (2, 3, 16, 16)}, {"x": (6, 3, 16, 16)}])
+    text = str(info.value)
+    assert "torch.export could not capture the model" in text and "draft_export" not in text, text
+    assert re.search(r"made those dimensions dynamic over the listed range \(x_0 \[2\.\.6\]\)", text), text
+    assert "export each shape as a package of its own" in text
+    assert "symbolic_shapes" not in capfd.readouterr().err

@@ -35,7 +35,7 @@ from ..capture.bounds import finite
 from ..engines import ranges as _ranges
 from ..engines.op import run_surfacing_failures
 from ..inductor_fixes import inductor_defects_avoided
-from ..log import TORCH_CPP_BUILDER, logger, quiet, without_torch_future_noise
+from ..log import SYMBOLIC_SHAPES, TORCH_CPP_BUILDER, logger, quiet, without_torch_future_noise
 from ..plugins import registry as plugin_registry
 from . import custom_ops
 from . import package as pkg
@@ -58,19 +58,22 @@ _MESSAGE_CHARS = 2000  # of torch.export's message in an ExportError; the whole 
 _LINE_CHARS = 300  # of each line of it
 
 
-def _capture_failed(e: Exception, path) -> str:
+def _capture_failed(e: Exception, path, derived: Optional[tuple] = None) -> str:
     """The ExportError message for a model torch.export could not capture: torch's own message (each line and the
     whole shortened: a data-dependent guard of a detector's post-processing spells a sum over 90 classes, 10 KB,
     before the line naming the code that caused it), the file keeping all of it and the partial graph, and what to
-    do where the cause is a data-dependent size or branch."""
+    do where the cause is a data-dependent size or branch, or dimensions made dynamic by the listed shapes
+    (``derived``: those dynamic shapes) that the model does not take at every size."""
     from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
-    text = f"{type(e).__name__}: {e}"
+    # torch's advice to call its draft_export() does not apply to hybrid_trt.export (kept in the file below)
+    full = f"{type(e).__name__}: {e}"
+    text = "\n".join(line for line in full.splitlines() if "draft_export" not in line)
     graph = getattr(e, "partial_fx_graph", None)
     message = f"torch.export could not capture the model: {text}"
     if len(text) > _MESSAGE_CHARS or graph is not None:
         kept = pathlib.Path(f"{pathlib.Path(path).absolute()}.capture-error.txt")
         try:
-            kept.write_text(text + (f"\n\nThe graph torch.export had traced when it failed:\n{graph}\n"
+            kept.write_text(full + (f"\n\nThe graph torch.export had traced when it failed:\n{graph}\n"
                                     if graph else ""))
             where = f"the whole message{' and the partial graph' if graph else ''} are in {kept}"
         except OSError as write_error:
@@ -86,6 +89,13 @@ def _capture_failed(e: Exception, path) -> str:
                     "NMS, for one), and an exported package is one graph. Export the part before it (backbone and "
                     "head) and run the rest in PyTorch, or compile the whole model with torch.compile(model, "
                     "backend='hybrid_trt'), which splits the graph where the data decides.")
+    if derived is not None:
+        made = ", ".join(f"{d.__name__} [{d.min}..{d.max}]" for spec in derived if spec for d in spec.values())
+        message += (f"\nThe listed shapes differ, so export made those dimensions dynamic over the listed range "
+                    f"({made}), and the model does not take every size in it (torch's 'Constraints violated' or "
+                    "failed guard above names the dimension and what the model needs). List shapes that differ only where the "
+                    "model takes any size, give dynamic_shapes yourself (a Dim with the range the model allows), or "
+                    "export each shape as a package of its own.")
     return message
 
 
@@ -142,7 +152,8 @@ def export(model: torch.nn.Module, example_inputs, *, dynamic_shapes=None, shape
     # The package's compiled code reads its inputs as contiguous tensors, whatever layout the examples had (a
     # loaded package makes a call's inputs contiguous: DeployedModel).
     cases = [tuple(t.contiguous() for t in case) for case in _cases(args, names, shapes)]
-    if dynamic_shapes is None and len({tuple(tuple(t.shape) for t in c) for c in cases}) > 1:
+    derived = dynamic_shapes is None and len({tuple(tuple(t.shape) for t in c) for c in cases}) > 1
+    if derived:
         dynamic_shapes = _derived_dynamic_shapes(cases, names)
     # Static: the listed shape is the one traced (a single listed shape may differ from the example's).
     export_args = max(cases, key=lambda c: sum(t.numel() for t in c)) if dynamic_shapes is not None else cases[0]
@@ -172,16 +183,18 @@ def export(model: torch.nn.Module, example_inputs, *, dynamic_shapes=None, shape
         traced = _trace_example(export_args, dynamic_shapes, names)
         tiled = traced is not export_args
         try:
-            capture = capture_export(model, traced, dynamic_shapes=export_shapes)
+            with quiet(SYMBOLIC_SHAPES):
+                capture = capture_export(model, traced, dynamic_shapes=export_shapes)
             export_args = traced
         except Exception:
             tiled = False
             try:  # the example as given (a model may tie a size the tiling changed to one it did not)
                 if traced is export_args:
                     raise
-                capture = capture_export(model, export_args, dynamic_shapes=export_shapes)
+                with quiet(SYMBOLIC_SHAPES):
+                    capture = capture_export(model, export_args, dynamic_shapes=export_shapes)
             except Exception as e:
-                raise ExportError(_capture_failed(e, path)) from e
+                raise ExportError(_capture_failed(e, path, dynamic_shapes if derived else None)) from e
         _check_bounded(capture, names)
         progress("partitioning and building engines", 0, 1)
         report = new_report()
