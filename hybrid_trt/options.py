@@ -268,9 +268,12 @@ def from_env(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
 
 
 def make_options(options: Mapping[str, Any] | Options | None = None,
-                 environ: Mapping[str, str] | None = None) -> Options:
+                 environ: Mapping[str, str] | None = None, resolve: bool = True) -> Options:
+    """``resolve``: check the delegates the options name or imply against this machine (contradictions raise,
+    what is unusable is said once per process); without it, only the keys and values are checked."""
     opts = options if isinstance(options, Options) else _from_mapping(options, environ)
-    opts.resolved_delegates()  # contradictions raise here; what is unusable is said here, once per process
+    if resolve:
+        opts.resolved_delegates()
     return opts
 
 

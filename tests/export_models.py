@@ -6,6 +6,7 @@ module first, as a deployment imports the library that defines its custom ops.
 """
 from __future__ import annotations
 
+import collections
 import pathlib
 import sys
 
@@ -194,3 +195,25 @@ def scores_in_another_order():
 def same_scores(got, expected):
     """The comparison for ``scores_in_another_order``: the same values, in any order."""
     torch.testing.assert_close(got[0].sort(-1).values, expected[0].sort(-1).values, rtol=1e-4, atol=1e-5)
+
+
+Scaled = collections.namedtuple("Scaled", "image scale")
+Heads = collections.namedtuple("Heads", "features activated")
+
+
+class NamedTupleIO(nn.Module):
+    """Takes a namedtuple and returns one inside a dict: torch's spec serializer refused the namedtuple, so export
+    failed after building every engine (NotImplementedError: Can't serialize TreeSpec of namedtuple class ...)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+
+    def forward(self, inp):
+        y = self.conv(inp.image) * inp.scale
+        return {"heads": Heads(y, y.relu()), "total": [y.sum()]}
+
+
+def namedtuple_io():
+    torch.manual_seed(0)
+    return NamedTupleIO().eval(), (Scaled(torch.randn(1, 3, 16, 16), torch.tensor(2.0)),)

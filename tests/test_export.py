@@ -382,8 +382,8 @@ class _WithNumber(torch.nn.Module):
 
 
 @pytest.mark.parametrize("case", ["unbounded dim", "listed dtype", "None output", "float output", "size output",
-                                  "unusable delegate", "precision without its delegate"])
-def test_export_refuses_what_a_package_cannot_hold_with_a_clear_error(tmp_path, case):
+                                  "unusable delegate", "precision without its delegate", "negative size"])
+def test_export_refuses_what_a_package_cannot_hold_with_a_clear_error(tmp_path, case, caplog):
     """Each failed deep inside torch or sympy ('Infinity' object has no attribute '_mpf_', mat1 and mat2 must
     have the same dtype, Could not infer dtype of NoneType); now an ExportError saying what to change."""
     from torch.export import Dim
@@ -399,14 +399,20 @@ def test_export_refuses_what_a_package_cannot_hold_with_a_clear_error(tmp_path, 
         model, match = _WithNumber(2.5).eval(), r"output 1: float 2.5"
     elif case == "size output":  # came back from the package as a tensor
         model, match = _WithNumber("size").eval(), r"output 1: int 2"
+    elif case == "negative size":  # torch's "Trying to create tensor with negative dimension -1"
+        kwargs, match = {"shapes": [{"input": (-1, 4)}]}, r"shape \[-1, 4\] for input 'input' has a negative size"
     elif case == "unusable delegate":  # torch.compile leaves it out with a warning; a package is built for its target
         kwargs, match = {"delegates": ["tensorrt"]}, "delegate .tensorrt. is not usable here"
     else:  # no TensorRT here: torch.compile runs Inductor alone with a warning; export refuses
         kwargs, match = {"precision": "fp16"}, "precision='fp16' needs a delegate that builds fp16 engines"
     options = {"min_block_size": 1, **{k: kwargs.pop(k) for k in ("delegates", "precision") if k in kwargs}}
-    with pytest.raises(hybrid_trt.ExportError, match=match):
+    from hybrid_trt.delegates import registry
+    registry._warn_once.cache_clear()  # (said once per process: any earlier test may have said it)
+    with caplog.at_level("WARNING", logger="hybrid_trt"), pytest.raises(hybrid_trt.ExportError, match=match):
         hybrid_trt.export(model, (x,), path=tmp_path / "p.pkg", options=options, **kwargs)
     assert not (tmp_path / "p.pkg").exists()
+    # the refusal is the one message: no warning that graphs compile with Inductor alone instead
+    assert "Inductor alone" not in caplog.text, caplog.text
 
 
 class _KeepsPositive(torch.nn.Module):  # a branch on a data-dependent size, as a detector's post-processing has
@@ -936,3 +942,35 @@ def test_listed_shapes_the_model_cannot_take_as_a_range_say_what_export_made_of_
     assert re.search(r"made those dimensions dynamic over the listed range \(x_0 \[2\.\.6\]\)", text), text
     assert "export each shape as a package of its own" in text
     assert "symbolic_shapes" not in capfd.readouterr().err
+
+
+def test_namedtuple_inputs_and_outputs_export_and_come_back_as_namedtuples(tmp_path):
+    model, (x,) = export_models.namedtuple_io()
+    loaded = hybrid_trt.load(hybrid_trt.export(model, (x,), path=tmp_path / "nt.pkg"))
+    assert [i["name"] for i in loaded.manifest["inputs"]] == ["inp.image", "inp.scale"]
+    y = export_models.Scaled(torch.randn(1, 3, 16, 16), torch.tensor(3.0))
+    with torch.no_grad():
+        got, want = loaded(y), model(y)
+    heads = got["heads"]
+    assert type(heads).__name__ == "Heads" and heads._fields == ("features", "activated")
+    torch.testing.assert_close(heads.activated, want["heads"].activated, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(got["total"][0], want["total"][0], rtol=1e-4, atol=1e-4)
+    rebuilt, = loaded.as_model_inputs(list(y))
+    assert type(rebuilt).__name__ == "Scaled" and torch.equal(rebuilt.image, y.image)
+    assert cli.main(["verify", str(tmp_path / "nt.pkg")]) == 0
+
+
+class _KeywordOnly(torch.nn.Module):
+    def forward(self, x, *, scale):
+        return x * scale
+
+
+def test_a_forward_the_example_inputs_do_not_fit_is_named_before_it_runs(tmp_path):
+    """A keyword-only forward argument gave only Python's TypeError from the eager call ("missing 1 required
+    keyword-only argument"), not saying that a package takes positional inputs."""
+    with pytest.raises(hybrid_trt.ExportError, match=r"example_inputs do not fit forward\(x, \*, scale\): missing a "
+                       r"required argument: 'scale'\. A package takes positional tensor inputs only"):
+        hybrid_trt.export(_KeywordOnly(), (torch.randn(2),), path=tmp_path / "k.pkg")
+    with pytest.raises(hybrid_trt.ExportError, match="too many positional arguments"):
+        hybrid_trt.export(_mlp(), (torch.randn(2, 4), torch.randn(2, 4)), path=tmp_path / "k.pkg")
+    assert list(tmp_path.iterdir()) == []

@@ -39,6 +39,7 @@ from ..log import SYMBOLIC_SHAPES, TORCH_CPP_BUILDER, logger, quiet, without_tor
 from ..plugins import registry as plugin_registry
 from . import custom_ops
 from . import package as pkg
+from . import structure
 from .engine_check import EngineCheck
 from .input_dims import DimCheck, describe as describe_dims
 from .package import PackageError
@@ -157,17 +158,22 @@ def export(model: torch.nn.Module, example_inputs, *, dynamic_shapes=None, shape
         dynamic_shapes = _derived_dynamic_shapes(cases, names)
     # Static: the listed shape is the one traced (a single listed shape may differ from the example's).
     export_args = max(cases, key=lambda c: sum(t.numel() for t in c)) if dynamic_shapes is not None else cases[0]
-    opts = make_options(options)
-    from ..delegates import get_delegate
+    # Checked before the options are resolved, whose warning ("graphs compile with Inductor alone instead") would
+    # contradict the refusal below.
+    opts = make_options(options, resolve=False)
+    from ..delegates import delegate_names, get_delegate
     for name in opts.delegates or ():  # a package is built for its target: no quiet package without the delegate
         why = get_delegate(name).unavailable_reason() or get_delegate(name).unusable_with(opts)
         if why:
             raise ExportError(f"hybrid_trt.export: delegate {name!r} is not usable here: {why}. Export where it is "
                               "(the machine the package is built for), or leave it out of 'delegates'")
-    if opts.precision != "fp32" and not opts.resolved_delegates():
+    builders = [n for n in (opts.delegates or delegate_names()) if get_delegate(n).unavailable_reason() is None
+                and opts.precision in get_delegate(n).precisions]
+    if opts.precision != "fp32" and not builders:
         raise ExportError(f"hybrid_trt.export: precision={opts.precision!r} needs a delegate that builds "
                           f"{opts.precision} engines, and none is usable here. Export on the machine the package is "
                           "built for, or with precision='fp32'")
+    opts.resolved_delegates()  # contradictions between options raise here
     path = pathlib.Path(path)
     pkg.check_replaceable(path)  # before any work: export replaces only a package of its own
     staging = pkg.staging_dir(path)
@@ -552,14 +558,25 @@ def _manifest(capture, cases, names, opts, report, partitions, references, runti
                     "dims": describe_dims(capture.inputs[i].shape, capture.program.range_constraints)}
                    for n, t, i in zip(names, cases[0], capture.user_inputs)],
         "shapes": [[list(t.shape) for t in case] for case in cases],
-        "io": {"out_spec": pytree.treespec_dumps(capture.program.call_spec.out_spec),
-               **({"in_spec": pytree.treespec_dumps(in_spec)} if in_spec is not None else {})},
+        "io": _io(capture.program.call_spec.out_spec, in_spec),
         "partitions": partitions,
         "reference": references,
         "tolerance": check.to_manifest(),
         "report": pkg.jsonable(report.to_dict()),
         "report_text": report.table(),
     }
+
+
+def _io(out_spec, in_spec) -> dict:
+    """The manifest's "io": the outputs' structure, and the nested inputs' (absent when each input is a tensor);
+    namedtuples beside each (structure.py)."""
+    io = {}
+    for side, spec in (("out", out_spec), ("in", in_spec)):
+        if spec is not None:
+            io[f"{side}_spec"], namedtuples = structure.dumps(spec)
+            if namedtuples is not None:
+                io[f"{side}_namedtuples"] = namedtuples
+    return io
 
 
 # ---------------------------------------------------------------------------------------------- inputs
@@ -597,6 +614,7 @@ def example_tensors(model: torch.nn.Module, example_inputs) -> tuple:
     if not leaves or not all(isinstance(a, torch.Tensor) for a in leaves):
         raise ValueError("example_inputs must be the positional arguments of forward: tensors, or tuples, lists "
                          f"and dicts of tensors; got {[type(a).__name__ for a in (leaves or args)]}")
+    _check_binds(model, args)
     names = _input_names(model, len(args))
     if all(isinstance(a, torch.Tensor) for a in args):
         return args, tuple(leaves), names, None
@@ -618,6 +636,22 @@ def dim_name(name: str, dim: int) -> str:
     """The torch.export Dim of one input dimension of its own, an identifier ("batch.image", 0 ->
     "batch_image_0"); the command's tie hint maps torch.export's messages back through it."""
     return re.sub(r"\W", "_", f"{name}_{dim}")
+
+
+def _check_binds(model: torch.nn.Module, args: tuple) -> None:
+    """ValueError when forward cannot take ``args`` as its positional arguments (a keyword-only argument, a count
+    that differs): said before the model runs, instead of Python's TypeError from inside the eager call."""
+    import inspect
+    try:
+        signature = inspect.signature(model.forward)
+    except (TypeError, ValueError):  # no signature to read (a C++ or wrapped forward): the call itself will say
+        return
+    try:
+        signature.bind(*args)
+    except TypeError as e:
+        raise ValueError(f"example_inputs do not fit forward{signature}: {e}. A package takes positional tensor "
+                         "inputs only: give every input in example_inputs, in order, or wrap the model in a module "
+                         "whose forward takes them positionally and passes the rest") from None
 
 
 def _input_names(model: torch.nn.Module, n: int) -> list[str]:
@@ -660,6 +694,9 @@ def _cases(args: tuple, names: list[str], shapes) -> list[tuple]:
             if len(shape) != example.dim():
                 raise ExportError(f"shape {list(shape)} for input {name!r} has {len(shape)} dimensions; the example "
                                   f"has {example.dim()} ({list(example.shape)})")
+            if any(s < 0 for s in shape):
+                raise ExportError(f"shape {list(shape)} for input {name!r} has a negative size; list the sizes to "
+                                  "build engines for (a range is given by listing its ends, or by dynamic_shapes)")
             case.append(example if shape == tuple(example.shape) else _random_like(example, shape, gen))
         cases.append(tuple(case))
     return cases
@@ -780,9 +817,11 @@ class DeployedModel:
         if cuda_graphs:
             self._run, self.cuda_graphs = _replayed(self._run, self.manifest, str(package.source))
         self._runtimes = runtimes
-        self._out_spec = pytree.treespec_loads(self.manifest["io"]["out_spec"])
-        in_spec = self.manifest["io"].get("in_spec")  # nested inputs: a call is flattened by their structure
+        io = self.manifest["io"]
+        self._out_spec, self._out_namedtuples = pytree.treespec_loads(io["out_spec"]), io.get("out_namedtuples")
+        in_spec = io.get("in_spec")  # nested inputs: a call is flattened by their structure
         self._in_spec = pytree.treespec_loads(in_spec) if in_spec is not None else None
+        self._in_namedtuples = io.get("in_namedtuples")
         self._n_inputs = len(self.manifest["inputs"])
         self._static = all(not i["dynamic_dims"] for i in self.manifest["inputs"])
         self._listed = {tuple(tuple(s) for s in case) for case in self.manifest["shapes"]}
@@ -839,15 +878,16 @@ class DeployedModel:
             if deploy is not None:
                 raise deploy from None
             raise
-        return pytree.tree_unflatten(list(flat), self._out_spec)
+        return structure.unflatten(list(flat), self._out_spec, self._out_namedtuples)
 
     def as_model_inputs(self, tensors) -> tuple:
         """The package's input tensors (in manifest order) as the model's positional arguments: nested as they
         were exported, or as they are."""
-        return tuple(tensors) if self._in_spec is None else pytree.tree_unflatten(list(tensors), self._in_spec)
+        return tuple(tensors) if self._in_spec is None else structure.unflatten(list(tensors), self._in_spec,
+                                                                                 self._in_namedtuples)
 
     def _flattened(self, inputs: tuple) -> tuple:
-        leaves, spec = pytree.tree_flatten(inputs)
+        leaves, spec = pytree.tree_flatten(structure.plain(inputs) if self._in_namedtuples else inputs)
         if spec != self._in_spec:
             names = [i["name"] for i in self.manifest["inputs"]]
             raise TypeError(f"hybrid_trt package {self.package.source}: the inputs must have the structure they "

@@ -379,7 +379,8 @@ def parse_options(items: list[str]) -> dict:
         out[key.strip()] = value
     try:
         from ..options import make_options
-        make_options(out)  # unknown keys and bad values are usage errors, named before anything is built
+        make_options(out, resolve=False)  # unknown keys and bad values are usage errors, named before anything
+        # is built (whether the delegates are usable here, export itself says)
     except ValueError as e:
         raise UsageError(str(e)) from None
     return out

@@ -1,0 +1,72 @@
+"""The structure of nested inputs and outputs in a package's manifest: torch's pytree spec as JSON, namedtuples
+apart.
+
+torch's spec serializer refuses a namedtuple not registered under a name (through a private torch function), and
+the class may not exist where the package is loaded. So a namedtuple is written as a tuple, with its type name and
+fields beside the spec, and comes back as a namedtuple of that name and fields: a class made at load, so attribute
+and index access work as on the model's output, and ``isinstance`` with the model's class does not.
+"""
+from __future__ import annotations
+
+import collections
+import functools
+from typing import Any, Optional
+
+import torch.utils._pytree as pytree
+
+
+def is_namedtuple(x) -> bool:
+    return isinstance(x, tuple) and hasattr(type(x), "_fields")
+
+
+def plain(x):
+    """``x`` with every namedtuple a tuple (the rest as it is)."""
+    if is_namedtuple(x):
+        return tuple(plain(v) for v in x)
+    if type(x) in (tuple, list):
+        return type(x)(plain(v) for v in x)
+    if isinstance(x, dict):
+        return type(x)((k, plain(v)) for k, v in x.items())
+    return x
+
+
+def describe(x) -> Optional[dict]:
+    """Where ``x``'s namedtuples are and what they are: None when it has none (JSON-able)."""
+    if is_namedtuple(x):
+        return {"namedtuple": type(x).__name__, "fields": list(type(x)._fields), "items": [describe(v) for v in x]}
+    if isinstance(x, (tuple, list)):
+        items = [describe(v) for v in x]
+        return {"items": items} if any(d is not None for d in items) else None
+    if isinstance(x, dict):
+        values = [describe(v) for v in x.values()]
+        return {"values": values} if any(d is not None for d in values) else None
+    return None
+
+
+def restore(x, desc: Optional[dict]):
+    """``x`` (built from the plain spec) with its namedtuples back, as ``describe`` recorded them."""
+    if desc is None:
+        return x
+    if "namedtuple" in desc:
+        cls = _namedtuple(desc["namedtuple"], tuple(desc["fields"]))
+        return cls(*(restore(v, d) for v, d in zip(x, desc["items"])))
+    if "items" in desc:
+        return type(x)(restore(v, d) for v, d in zip(x, desc["items"]))
+    return type(x)((k, restore(v, d)) for (k, v), d in zip(x.items(), desc["values"]))
+
+
+@functools.lru_cache(maxsize=None)
+def _namedtuple(name: str, fields: tuple):
+    return collections.namedtuple(name, fields)
+
+
+def dumps(spec) -> tuple[str, Optional[dict]]:
+    """(the spec as torch's JSON, with namedtuples as tuples; their description or None)."""
+    example = pytree.tree_unflatten(list(range(spec.num_leaves)), spec)
+    desc = describe(example)
+    return pytree.treespec_dumps(pytree.tree_structure(plain(example)) if desc else spec), desc
+
+
+def unflatten(leaves: list, spec, desc: Optional[dict]) -> Any:
+    value = pytree.tree_unflatten(leaves, spec)
+    return value if desc is None else restore(value, desc)
