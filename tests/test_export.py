@@ -974,3 +974,22 @@ def test_a_forward_the_example_inputs_do_not_fit_is_named_before_it_runs(tmp_pat
     with pytest.raises(hybrid_trt.ExportError, match="too many positional arguments"):
         hybrid_trt.export(_mlp(), (torch.randn(2, 4), torch.randn(2, 4)), path=tmp_path / "k.pkg")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_progress_reaches_its_total_only_when_export_is_done(tmp_path, capsys):
+    """The bar read 2/2 (100%) while the reference run and the writing were still to come, and wrote each step
+    twice to a file (tqdm's set_description refreshing, then ours)."""
+    steps = []
+    hybrid_trt.export(_InductorReadsTheInput().eval(), (torch.randn(2, 3, 16, 16),), path=tmp_path / "p.pkg",
+                      progress=lambda what, done, total: steps.append((what, done, total)))
+    assert steps[-1][0] == "done" and steps[-1][1] == steps[-1][2]
+    assert all(done < total for what, done, total in steps[:-1]), steps
+    counted = [(done, total) for what, done, total in steps[2:]]  # after capture and partitioning (0 of 1 each)
+    assert counted == sorted(counted) and len({total for _, total in counted}) == 1, steps
+    assert any(what.startswith("checking input shapes [2x3x16x16] against eager") for what, _, _ in steps), steps
+    from hybrid_trt.export.cli import ProgressBar
+    capsys.readouterr()
+    bar = ProgressBar()  # on the captured stderr
+    bar.update("a step", 1, 3)
+    bar.close()
+    assert capsys.readouterr().err.count("a step") == 1

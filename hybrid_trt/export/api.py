@@ -208,7 +208,9 @@ def export(model: torch.nn.Module, example_inputs, *, dynamic_shapes=None, shape
         stitched, runtimes, graph_reasons = _middle(capture, opts, report, store_root, max(len(cases), 1), args)
         static = [r for r in runtimes if not r.symbolic]
         symbolic = [r for r in runtimes if r.symbolic]
-        total = len(static) + len(symbolic) * len(cases) + 1
+        # steps: each static engine, AOTInductor's compile, each listed shape's run (checked against eager; it builds
+        # that shape's engines of the symbolic partitions), writing the package
+        total = len(static) + 1 + len(cases) + 1
         done = len(static)
         progress(f"{len(static)} static engine(s) built; compiling the rest with AOTInductor", done, total)
         program = _reexport(stitched, capture, export_args)
@@ -223,7 +225,8 @@ def export(model: torch.nn.Module, example_inputs, *, dynamic_shapes=None, shape
         compiled = torch._inductor.aoti_load_package(str(staging / pkg.AOTI_PACKAGE))
         references = []
         for i, (case, expected) in enumerate(zip(cases, eager)):
-            progress(f"building engines for input shapes {_shapes_text(case)}", done, total)
+            progress((f"building engines for input shapes {_shapes_text(case)} and checking them against eager"
+                      if symbolic else f"checking input shapes {_shapes_text(case)} against eager"), done, total)
             try:
                 with torch.no_grad():
                     got = _flat_outputs(compiled(*case))
@@ -253,7 +256,7 @@ def export(model: torch.nn.Module, example_inputs, *, dynamic_shapes=None, shape
                             "min=2, or export size 1 as a package of its own")
                 raise ExportError(f"the compiled package does not match eager PyTorch for input shapes "
                                   f"{_shapes_text(case)}: {problem}. {what}")
-            done += len(symbolic)
+            done += 1
             references.append(_save_reference(staging, i, case, expected))
         progress("writing the package", done, total)
         _check_runtimes(runtimes)

@@ -448,8 +448,8 @@ class ProgressBar:
         if self._tqdm is not None:
             self._tqdm.total = total
             self._tqdm.n = done
-            self._tqdm.set_description(what)
-            self._tqdm.refresh()
+            self._tqdm.set_description(what, refresh=False)
+            self._tqdm.refresh()  # once per step (set_description's own refresh wrote each step twice)
         elif what != self._last:
             print(f"[{done}/{total}] {what}", file=sys.stderr, flush=True)
         self._last = what
