@@ -326,6 +326,7 @@ def _run_task(task: dict, args) -> dict:
                         row["cuda_graphs"] = rep.cuda_graphs.status
                         row["cuda_graph_reasons"] = rep.cuda_graphs.reasons[:3]
             except Exception as e:  # noqa: BLE001 - the row records it, the run goes on
+                out = None  # (read by no one: frees a failed variant's CUDA-graph output before the next variant)
                 row["errors"][v] = f"{type(e).__name__}: {' '.join(str(e).split())[:160]}"
                 traceback.print_exc()
         try:
@@ -380,6 +381,7 @@ def _run_lidar(task: dict, args) -> dict:
                     fn = fn.compiled
                 fns[v] = (lambda f: (lambda: f(feats, coords)))(fn)
             except Exception as e:  # noqa: BLE001
+                out = None  # (as in _run_task)
                 row["errors"][v] = f"{type(e).__name__}: {' '.join(str(e).split())[:160]}"
                 traceback.print_exc()
         row["ms"] = _time(fns, args.rounds, max(args.iters // 2, 5), warmup=3)

@@ -1,6 +1,5 @@
 """The one logger of the package: everything user-visible goes through ``logging.getLogger("hybrid_trt")``."""
 import contextlib
-import functools
 import logging
 import warnings
 
@@ -35,12 +34,9 @@ def quiet(*names: str, level: int = logging.ERROR):
 _TORCH_FUTURE_NOISE = (r"`?isinstance\(treespec, LeafSpec\)` is deprecated",)
 
 
-def without_torch_future_noise(fn):
-    """``fn`` with torch's deprecation notices about its own internals (above) kept from the user."""
-    @functools.wraps(fn)
-    def call(*args, **kwargs):
-        with warnings.catch_warnings():
-            for message in _TORCH_FUTURE_NOISE:
-                warnings.filterwarnings("ignore", message=message, category=FutureWarning)
-            return fn(*args, **kwargs)
-    return call
+def ignore_torch_future_noise() -> None:
+    """Filters for torch's deprecation notices about its own internals (above), installed once when export's module
+    is imported: one narrow filter per message for the process (a ``catch_warnings`` block around each export
+    would not be thread-safe, and would drop filters other threads add meanwhile)."""
+    for message in _TORCH_FUTURE_NOISE:
+        warnings.filterwarnings("ignore", message=message, category=FutureWarning)

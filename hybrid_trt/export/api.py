@@ -35,7 +35,7 @@ from ..capture.bounds import finite
 from ..engines import ranges as _ranges
 from ..engines.op import run_surfacing_failures
 from ..inductor_fixes import inductor_defects_avoided
-from ..log import SYMBOLIC_SHAPES, TORCH_CPP_BUILDER, logger, quiet, without_torch_future_noise
+from ..log import SYMBOLIC_SHAPES, TORCH_CPP_BUILDER, ignore_torch_future_noise, logger, quiet
 from ..plugins import registry as plugin_registry
 from . import custom_ops
 from . import package as pkg
@@ -43,7 +43,9 @@ from . import structure
 from .engine_check import EngineCheck
 from .input_dims import DimCheck, describe as describe_dims
 from .package import PackageError
-from .reference_check import DEFAULT_ATOL, DEFAULT_RTOL, OutputCheck
+from .reference_check import DEFAULT_ATOL, DEFAULT_RTOL, ComparisonError, OutputCheck
+
+ignore_torch_future_noise()
 
 # Engines of a package are never evicted from its store.
 _NO_EVICTION = 1 << 62
@@ -90,20 +92,20 @@ def _capture_failed(e: Exception, path, derived: Optional[tuple] = None) -> str:
                     "NMS, for one), and an exported package is one graph. Export the part before it (backbone and "
                     "head) and run the rest in PyTorch, or compile the whole model with torch.compile(model, "
                     "backend='hybrid_trt'), which splits the graph where the data decides.")
-    if derived is not None:
-        made = ", ".join(f"{d.__name__} [{d.min}..{d.max}]" for spec in derived if spec for d in spec.values())
+    dims = {d.__name__: d for spec in derived or () if spec for d in spec.values()}  # (one Dim for tied inputs)
+    if dims and ("Constraints violated" in text or any(name in text for name in dims)):
+        made = ", ".join(f"{name} [{d.min}..{d.max}]" for name, d in dims.items())
         message += (f"\nThe listed shapes differ, so export made those dimensions dynamic over the listed range "
                     f"({made}), and the model does not take every size in it (torch's 'Constraints violated' or "
-                    "failed guard above names the dimension and what the model needs). List shapes that differ only where the "
-                    "model takes any size, give dynamic_shapes yourself (a Dim with the range the model allows), or "
-                    "export each shape as a package of its own.")
+                    "failed guard above names the dimension and what the model needs). List shapes that differ "
+                    "only where the model takes any size, give dynamic_shapes yourself (a Dim with the range the "
+                    "model allows), or export each shape as a package of its own.")
     return message
 
 
 # ---------------------------------------------------------------------------------------------- export
 
 
-@without_torch_future_noise
 def export(model: torch.nn.Module, example_inputs, *, dynamic_shapes=None, shapes=None, options=None,
            path, rtol: float = DEFAULT_RTOL, atol: float = DEFAULT_ATOL, compare: Optional[Callable] = None,
            progress: Optional[Progress] = None) -> pathlib.Path:
@@ -135,6 +137,11 @@ def export(model: torch.nn.Module, example_inputs, *, dynamic_shapes=None, shape
         check = OutputCheck(rtol, atol, compare)
     except (TypeError, ValueError) as e:
         raise ExportError(f"hybrid_trt.export: {e}") from None
+    if not check.named_as_itself():
+        logger.warning("hybrid_trt.export: the comparison is recorded as %s, a name that does not lead back to it (a "
+                       "lambda, a local function, a functools.partial or a callable object), so `hybrid-trt verify "
+                       "--compare` cannot be given it; define it as a function at the top level of a module",
+                       check.compare_name)
     if isinstance(model, torch.export.ExportedProgram):  # what the user exported already: its module
         model = model.module()
     try:
@@ -167,6 +174,11 @@ def export(model: torch.nn.Module, example_inputs, *, dynamic_shapes=None, shape
         if why:
             raise ExportError(f"hybrid_trt.export: delegate {name!r} is not usable here: {why}. Export where it is "
                               "(the machine the package is built for), or leave it out of 'delegates'")
+    if opts.delegates is not None:  # usable, as checked above: what remains is a contradiction between options
+        try:
+            opts.resolved_delegates()
+        except ValueError as e:
+            raise ExportError(f"hybrid_trt.export: {e}") from None
     builders = [n for n in (opts.delegates or delegate_names()) if get_delegate(n).unavailable_reason() is None
                 and opts.precision in get_delegate(n).precisions]
     if opts.precision != "fp32" and not builders:
@@ -202,6 +214,7 @@ def export(model: torch.nn.Module, example_inputs, *, dynamic_shapes=None, shape
             except Exception as e:
                 raise ExportError(_capture_failed(e, path, dynamic_shapes if derived else None)) from e
         _check_bounded(capture, names)
+        io = _io(capture.program.call_spec.out_spec, in_spec)  # a structure the manifest cannot hold: said now
         progress("partitioning and building engines", 0, 1)
         report = new_report()
         store_root = staging / pkg.ENGINES
@@ -239,11 +252,8 @@ def export(model: torch.nn.Module, example_inputs, *, dynamic_shapes=None, shape
                                   "backend='hybrid_trt') may still run the model") from e
             try:
                 problem = check.problem(got, expected)
-            except Exception as e:  # the user's comparison failed: theirs to fix, with its traceback chained
-                if compare is None:
-                    raise
-                raise ExportError(f"hybrid_trt.export: the comparison {check.compare_name} raised "
-                                  f"{type(e).__name__}: {e}") from e
+            except ComparisonError as e:  # the user's comparison failed: theirs to fix, with its cause chained
+                raise ExportError(f"hybrid_trt.export: {e}") from (e.__cause__ or e)
             if problem:
                 what = ("Loosen rtol/atol if this is expected numerical difference; give export a compare "
                         "function where outputs can be right and still differ element by element (another order); "
@@ -264,7 +274,7 @@ def export(model: torch.nn.Module, example_inputs, *, dynamic_shapes=None, shape
         partitions = _partition_table(report, runtimes, store_root, staging)
         _warn_shapes_only(partitions)
         manifest = _manifest(capture, cases, names, opts, report, partitions, references, runtimes, check,
-                             time.perf_counter() - t_start, in_spec)
+                             time.perf_counter() - t_start, io)
         manifest["custom_ops"] = custom_ops.used(program.graph_module.graph)
         if opts.cuda_graphs and graph_reasons:  # asked for replays it cannot have: said now, not first at load
             on_gpu = _device_of(args).type == "cuda"  # (placement times nothing for replays on the CPU)
@@ -540,8 +550,8 @@ def _slim_entries(store_root: pathlib.Path) -> None:
 
 
 def _manifest(capture, cases, names, opts, report, partitions, references, runtimes, check: OutputCheck,
-              seconds, in_spec) -> dict:
-    """``in_spec``: the structure of nested positional inputs (None: a tensor per argument)."""
+              seconds, io: dict) -> dict:
+    """``io``: the structure of the outputs and of nested inputs (``_io``)."""
     from .. import __version__
     from ..engines.key import environment
     device = _device_of(cases[0])
@@ -561,7 +571,7 @@ def _manifest(capture, cases, names, opts, report, partitions, references, runti
                     "dims": describe_dims(capture.inputs[i].shape, capture.program.range_constraints)}
                    for n, t, i in zip(names, cases[0], capture.user_inputs)],
         "shapes": [[list(t.shape) for t in case] for case in cases],
-        "io": _io(capture.program.call_spec.out_spec, in_spec),
+        "io": io,
         "partitions": partitions,
         "reference": references,
         "tolerance": check.to_manifest(),
@@ -572,11 +582,16 @@ def _manifest(capture, cases, names, opts, report, partitions, references, runti
 
 def _io(out_spec, in_spec) -> dict:
     """The manifest's "io": the outputs' structure, and the nested inputs' (absent when each input is a tensor);
-    namedtuples beside each (structure.py)."""
+    namedtuples beside each (structure.py). ExportError for a structure torch cannot write (a type of its own)."""
     io = {}
     for side, spec in (("out", out_spec), ("in", in_spec)):
         if spec is not None:
-            io[f"{side}_spec"], namedtuples = structure.dumps(spec)
+            try:
+                io[f"{side}_spec"], namedtuples = structure.dumps(spec)
+            except Exception as e:  # torch's serializer: a pytree node type it has no name for
+                raise ExportError(f"hybrid_trt.export: the model's {'outputs' if side == 'out' else 'inputs'} have "
+                                  f"a structure a package cannot record ({type(e).__name__}: {e}); use tensors in "
+                                  "tuples, lists, dicts or namedtuples") from e
             if namedtuples is not None:
                 io[f"{side}_namedtuples"] = namedtuples
     return io
@@ -894,7 +909,7 @@ class DeployedModel:
         if spec != self._in_spec:
             names = [i["name"] for i in self.manifest["inputs"]]
             raise TypeError(f"hybrid_trt package {self.package.source}: the inputs must have the structure they "
-                            f"were exported with, {pytree.tree_unflatten(names, self._in_spec)!r} (each name a "
+                            f"were exported with, {self.as_model_inputs(names)!r} (each name a "
                             f"tensor), got {pytree.tree_unflatten(['*'] * spec.num_leaves, spec)!r}; or pass the "
                             "tensors alone, by place or by name")
         return tuple(leaves)

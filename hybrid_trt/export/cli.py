@@ -564,16 +564,20 @@ def _check_reference(package, cuda_graphs: bool, compare: Optional[Callable]) ->
     import torch
     from .api import load, _flat_outputs
     from .package import Check
-    from .reference_check import DEFAULT_ATOL, DEFAULT_RTOL, OutputCheck
+    from .reference_check import DEFAULT_ATOL, DEFAULT_RTOL, ComparisonError, OutputCheck
     m = package.manifest
     graphs_not_run = [Check("cuda_graphs", None, "not run: the reference check failed")] if cuda_graphs else []
     tol = m.get("tolerance", {})
     check = OutputCheck(tol.get("rtol", DEFAULT_RTOL), tol.get("atol", DEFAULT_ATOL), compare)
-    if tol.get("compare") and compare is None:
-        return [Check("reference", False, f"the package was exported with the comparison {tol['compare']}, which "
-                      "its outputs need instead of rtol/atol; give it: hybrid-trt verify PATH --compare "
-                      f"{tol['compare']} (python: hybrid_trt.export.cli.verify(path, compare=...))")
-                ] + graphs_not_run
+    recorded = tol.get("compare")
+    if not check.same_function_as(recorded):  # the package's own check, not one the verifier picks
+        what = (f"the package was exported with the comparison {recorded}, which its outputs need instead of "
+                f"rtol/atol; give it: hybrid-trt verify PATH --compare {recorded} (python: "
+                "hybrid_trt.export.cli.verify(path, compare=...))" if recorded and compare is None else
+                f"the package was exported with the comparison {recorded}, not {check.compare_name}" if recorded
+                else f"the package was exported with rtol/atol, not a comparison; verify it without --compare "
+                     f"({check.compare_name})")
+        return [Check("reference", False, what)] + graphs_not_run
     try:
         # the package opened here: not extracted again, and errors name its source
         model = load(package, cuda_graphs=cuda_graphs)
@@ -592,9 +596,8 @@ def _check_reference(package, cuda_graphs: bool, compare: Optional[Callable]) ->
                 return [Check("reference", False, f"{case} fail to run: {type(e).__name__}: {e}")] + graphs_not_run
             try:
                 problem = check.problem(got, data["outputs"])
-            except Exception as e:  # noqa: BLE001 - the user's comparison: reported as this check's verdict
-                return [Check("reference", False, f"{case}: the comparison {check.compare_name} raised "
-                              f"{type(e).__name__}: {e}")] + graphs_not_run
+            except ComparisonError as e:  # the user's comparison: reported as this check's verdict
+                return [Check("reference", False, f"{case}: {e}")] + graphs_not_run
             if problem:
                 return [Check("reference", False, f"{case}: outputs differ from the stored ones: {problem}. The "
                               "engines or this machine compute differently: do not deploy; export again on a "

@@ -10,6 +10,7 @@ check would then run code named by the file it is checking) but asks for it.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import math
 from typing import Callable, Optional, Sequence
 
@@ -20,6 +21,11 @@ DEFAULT_ATOL = 1e-4
 
 # The first lines of a comparison's AssertionError (torch.testing.assert_close writes several).
 _MESSAGE_LINES = 3
+
+
+class ComparisonError(Exception):
+    """The user's comparison failed (raised something other than AssertionError, or returned something other than
+    a verdict): the message names it; the cause is chained."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,6 +55,20 @@ class OutputCheck:
         fn = self.compare
         return f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', type(fn).__name__)}"
 
+    def named_as_itself(self) -> bool:
+        """Whether ``compare_name`` leads back to the comparison (``--compare`` can give it to verify): False for a
+        lambda, a local function, a ``functools.partial`` or a callable object."""
+        if self.compare is None:
+            return True
+        module, _, qualname = self.compare_name.partition(":")
+        try:
+            obj = importlib.import_module(module)
+            for part in qualname.split("."):
+                obj = getattr(obj, part)
+        except Exception:  # noqa: BLE001 - any failure to resolve it is the answer
+            return False
+        return obj is self.compare
+
     def describe(self) -> str:
         return f"by {self.compare_name}" if self.compare else f"rtol {self.rtol}, atol {self.atol}"
 
@@ -56,8 +76,8 @@ class OutputCheck:
         return {"rtol": self.rtol, "atol": self.atol, "compare": self.compare_name}
 
     def problem(self, got: Sequence[torch.Tensor], expected: Sequence[torch.Tensor]) -> Optional[str]:
-        """None when ``got`` matches ``expected``; else what differs. An error of the comparison itself (other
-        than AssertionError) propagates: the caller says whose it is."""
+        """None when ``got`` matches ``expected``; else what differs. ComparisonError when the comparison itself
+        fails."""
         if self.compare is None:
             return compare_outputs(got, expected, self.rtol, self.atol)
         try:
@@ -65,14 +85,34 @@ class OutputCheck:
         except AssertionError as e:
             lines = [line for line in str(e).strip().splitlines() if line.strip()][:_MESSAGE_LINES]
             return f"{self.compare_name}: {' '.join(lines) or 'AssertionError'}"
-        if verdict is None or verdict is True:
-            return None
-        if verdict is False:
-            return f"{self.compare_name} returned False"
+        except Exception as e:
+            raise ComparisonError(f"the comparison {self.compare_name} raised {type(e).__name__}: {e}") from e
         if isinstance(verdict, str):
             return f"{self.compare_name}: {verdict}"
-        raise TypeError(f"{self.compare_name} returned a {type(verdict).__name__}; a comparison returns None or "
-                        "True (match), False or a message (mismatch), or raises AssertionError")
+        if verdict is None:
+            return None
+        if _is_truth_value(verdict):  # True/False, numpy's bool, a one-element bool tensor
+            return None if bool(verdict) else f"{self.compare_name} returned False"
+        raise ComparisonError(f"the comparison {self.compare_name} returned a {type(verdict).__name__}; a "
+                              "comparison returns None or True (match), False or a message (mismatch), or raises "
+                              "AssertionError")
+
+    def same_function_as(self, recorded: Optional[str]) -> bool:
+        """Whether this check's comparison is the one a package recorded (by name; a script's ``__main__`` function
+        may be imported under its module's name)."""
+        if recorded is None or self.compare is None:
+            return recorded is None and self.compare is None
+        mine = self.compare_name
+        return mine == recorded or (recorded.startswith("__main__:") and
+                                    mine.split(":", 1)[1] == recorded.split(":", 1)[1])
+
+
+def _is_truth_value(verdict) -> bool:
+    if isinstance(verdict, bool) or type(verdict).__name__ == "bool_":  # numpy.bool_ (named "bool" in numpy 2)
+        return True
+    if type(verdict).__module__ == "numpy" and type(verdict).__name__ == "bool":
+        return True
+    return isinstance(verdict, torch.Tensor) and verdict.dtype == torch.bool and verdict.numel() == 1
 
 
 def compare_outputs(got: Sequence[torch.Tensor], expected: Sequence[torch.Tensor], rtol: float,

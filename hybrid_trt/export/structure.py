@@ -26,8 +26,14 @@ def plain(x):
     if type(x) in (tuple, list):
         return type(x)(plain(v) for v in x)
     if isinstance(x, dict):
-        return type(x)((k, plain(v)) for k, v in x.items())
+        return _dict_like(x, ((k, plain(v)) for k, v in x.items()))
     return x
+
+
+def _dict_like(x: dict, items):
+    if isinstance(x, collections.defaultdict):
+        return type(x)(x.default_factory, items)
+    return type(x)(items)
 
 
 def describe(x) -> Optional[dict]:
@@ -52,12 +58,12 @@ def restore(x, desc: Optional[dict]):
         return cls(*(restore(v, d) for v, d in zip(x, desc["items"])))
     if "items" in desc:
         return type(x)(restore(v, d) for v, d in zip(x, desc["items"]))
-    return type(x)((k, restore(v, d)) for (k, v), d in zip(x.items(), desc["values"]))
+    return _dict_like(x, ((k, restore(v, d)) for (k, v), d in zip(x.items(), desc["values"])))
 
 
 @functools.lru_cache(maxsize=None)
 def _namedtuple(name: str, fields: tuple):
-    return collections.namedtuple(name, fields)
+    return collections.namedtuple(name, fields, rename=True)  # (fields a rename=True namedtuple made: "_1")
 
 
 def dumps(spec) -> tuple[str, Optional[dict]]:
