@@ -108,9 +108,9 @@ class OutputCheck:
 
 
 def _is_truth_value(verdict) -> bool:
-    if isinstance(verdict, bool) or type(verdict).__name__ == "bool_":  # numpy.bool_ (named "bool" in numpy 2)
+    if isinstance(verdict, bool):
         return True
-    if type(verdict).__module__ == "numpy" and type(verdict).__name__ == "bool":
+    if type(verdict).__module__ == "numpy" and type(verdict).__name__ in ("bool", "bool_"):  # "bool_" before 2.0
         return True
     return isinstance(verdict, torch.Tensor) and verdict.dtype == torch.bool and verdict.numel() == 1
 
