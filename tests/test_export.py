@@ -1018,3 +1018,23 @@ def test_the_example_detectors_comparison_refuses_a_repeated_detection():
     repeated[0, 1], relabelled[0, 1] = boxes[0, 0], labels[0, 0]
     with pytest.raises(AssertionError, match="no same-class detection with the same centre"):
         factories.compare_detector([repeated, scores, relabelled], [boxes, scores, labels])
+
+
+class _ReturnsTopk(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3)
+
+    def forward(self, x):
+        return torch.topk(self.conv(x).flatten(1), 5)  # torch.return_types.topk, a structseq
+
+
+def test_a_structseq_output_comes_back_with_its_fields(tmp_path):
+    """torch's serializer refused torch.return_types.topk (no registered serialization name), after the build."""
+    model, x = _ReturnsTopk().eval(), torch.randn(1, 3, 8, 8)
+    loaded = hybrid_trt.load(hybrid_trt.export(model, (x,), path=tmp_path / "topk.pkg"))
+    with torch.no_grad():
+        got, want = loaded(x), model(x)
+    assert type(got).__name__ == "topk" and got._fields == ("values", "indices")
+    torch.testing.assert_close(got.values, want.values, rtol=1e-4, atol=1e-5)
+    assert torch.equal(got.indices, want.indices)

@@ -2,7 +2,8 @@
 apart.
 
 torch's spec serializer refuses a namedtuple not registered under a name (through a private torch function), and
-the class may not exist where the package is loaded. So a namedtuple is written as a tuple, with its type name and
+torch's own structseqs (``torch.return_types.topk``, what ``torch.topk`` returns), and the class may not exist
+where the package is loaded. So a namedtuple is written as a tuple, with its type name and
 fields beside the spec, and comes back as a namedtuple of that name and fields: a class made at load, so attribute
 and index access work as on the model's output, and ``isinstance`` with the model's class does not.
 """
@@ -16,7 +17,15 @@ import torch.utils._pytree as pytree
 
 
 def is_namedtuple(x) -> bool:
-    return isinstance(x, tuple) and hasattr(type(x), "_fields")
+    """A namedtuple, or a structseq with named fields (``torch.topk``'s ``torch.return_types.topk``)."""
+    return isinstance(x, tuple) and _fields(type(x)) is not None
+
+
+def _fields(cls) -> Optional[tuple]:
+    fields = getattr(cls, "_fields", None)
+    if fields is None and hasattr(cls, "n_sequence_fields"):  # a structseq: its field names for pattern matching
+        fields = getattr(cls, "__match_args__", None)
+    return tuple(fields) if fields is not None else None
 
 
 def plain(x):
@@ -39,7 +48,7 @@ def _dict_like(x: dict, items):
 def describe(x) -> Optional[dict]:
     """Where ``x``'s namedtuples are and what they are: None when it has none (JSON-able)."""
     if is_namedtuple(x):
-        return {"namedtuple": type(x).__name__, "fields": list(type(x)._fields), "items": [describe(v) for v in x]}
+        return {"namedtuple": type(x).__name__, "fields": list(_fields(type(x))), "items": [describe(v) for v in x]}
     if isinstance(x, (tuple, list)):
         items = [describe(v) for v in x]
         return {"items": items} if any(d is not None for d in items) else None
