@@ -836,10 +836,11 @@ class DeployedModel:
             self._run, self.cuda_graphs = _replayed(self._run, self.manifest, str(package.source))
         self._runtimes = runtimes
         io = self.manifest["io"]
-        self._out_spec, self._out_namedtuples = pytree.treespec_loads(io["out_spec"]), io.get("out_namedtuples")
+        self._out_spec = pytree.treespec_loads(io["out_spec"])
+        self._out_restore = structure.restorer(io.get("out_namedtuples"))
         in_spec = io.get("in_spec")  # nested inputs: a call is flattened by their structure
         self._in_spec = pytree.treespec_loads(in_spec) if in_spec is not None else None
-        self._in_namedtuples = io.get("in_namedtuples")
+        self._in_restore = structure.restorer(io.get("in_namedtuples"))
         self._n_inputs = len(self.manifest["inputs"])
         self._static = all(not i["dynamic_dims"] for i in self.manifest["inputs"])
         self._listed = {tuple(tuple(s) for s in case) for case in self.manifest["shapes"]}
@@ -896,16 +897,16 @@ class DeployedModel:
             if deploy is not None:
                 raise deploy from None
             raise
-        return structure.unflatten(list(flat), self._out_spec, self._out_namedtuples)
+        return structure.unflatten(list(flat), self._out_spec, self._out_restore)
 
     def as_model_inputs(self, tensors) -> tuple:
         """The package's input tensors (in manifest order) as the model's positional arguments: nested as they
         were exported, or as they are."""
         return tuple(tensors) if self._in_spec is None else structure.unflatten(list(tensors), self._in_spec,
-                                                                                 self._in_namedtuples)
+                                                                                 self._in_restore)
 
     def _flattened(self, inputs: tuple) -> tuple:
-        leaves, spec = pytree.tree_flatten(structure.plain(inputs) if self._in_namedtuples else inputs)
+        leaves, spec = pytree.tree_flatten(structure.plain(inputs) if self._in_restore is not None else inputs)
         if spec != self._in_spec:
             names = [i["name"] for i in self.manifest["inputs"]]
             raise TypeError(f"hybrid_trt package {self.package.source}: the inputs must have the structure they "

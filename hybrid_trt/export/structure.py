@@ -2,16 +2,15 @@
 apart.
 
 torch's spec serializer refuses a namedtuple not registered under a name (through a private torch function), and
-torch's own structseqs (``torch.return_types.topk``, what ``torch.topk`` returns), and the class may not exist
-where the package is loaded. So a namedtuple is written as a tuple, with its type name and
-fields beside the spec, and comes back as a namedtuple of that name and fields: a class made at load, so attribute
-and index access work as on the model's output, and ``isinstance`` with the model's class does not.
+torch's own structseqs (``torch.return_types.topk``, what ``torch.topk`` returns); the class may not exist where
+the package is loaded either. So a namedtuple is written as a tuple, with its type name and fields beside the spec,
+and comes back as a namedtuple of that name and fields: a class made once at load, so attribute and index access
+work as on the model's output, and ``isinstance`` with the model's class does not.
 """
 from __future__ import annotations
 
 import collections
-import functools
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch.utils._pytree as pytree
 
@@ -58,21 +57,21 @@ def describe(x) -> Optional[dict]:
     return None
 
 
-def restore(x, desc: Optional[dict]):
-    """``x`` (built from the plain spec) with its namedtuples back, as ``describe`` recorded them."""
+def restorer(desc: Optional[dict]) -> Optional[Callable]:
+    """A function putting back the namedtuples ``describe`` recorded into a value built from the plain spec (None
+    when there are none). Built once, at load: the classes are made here, not per call."""
     if desc is None:
-        return x
+        return None
     if "namedtuple" in desc:
-        cls = _namedtuple(desc["namedtuple"], tuple(desc["fields"]))
-        return cls(*(restore(v, d) for v, d in zip(x, desc["items"])))
+        # rename=True: the fields of a namedtuple made with rename=True ("_1") are refused otherwise
+        cls = collections.namedtuple(desc["namedtuple"], desc["fields"], rename=True)
+        parts = [restorer(d) for d in desc["items"]]
+        return lambda x: cls(*(v if f is None else f(v) for v, f in zip(x, parts)))
     if "items" in desc:
-        return type(x)(restore(v, d) for v, d in zip(x, desc["items"]))
-    return _dict_like(x, ((k, restore(v, d)) for (k, v), d in zip(x.items(), desc["values"])))
-
-
-@functools.lru_cache(maxsize=None)
-def _namedtuple(name: str, fields: tuple):
-    return collections.namedtuple(name, fields, rename=True)  # (fields a rename=True namedtuple made: "_1")
+        parts = [restorer(d) for d in desc["items"]]
+        return lambda x: type(x)(v if f is None else f(v) for v, f in zip(x, parts))
+    parts = [restorer(d) for d in desc["values"]]
+    return lambda x: _dict_like(x, ((k, v if f is None else f(v)) for (k, v), f in zip(x.items(), parts)))
 
 
 def dumps(spec) -> tuple[str, Optional[dict]]:
@@ -82,6 +81,7 @@ def dumps(spec) -> tuple[str, Optional[dict]]:
     return pytree.treespec_dumps(pytree.tree_structure(plain(example)) if desc else spec), desc
 
 
-def unflatten(leaves: list, spec, desc: Optional[dict]) -> Any:
+def unflatten(leaves: list, spec, restore: Optional[Callable]) -> Any:
+    """The value of ``spec`` from ``leaves``, its namedtuples put back by ``restore`` (``restorer``'s)."""
     value = pytree.tree_unflatten(leaves, spec)
-    return value if desc is None else restore(value, desc)
+    return value if restore is None else restore(value)
