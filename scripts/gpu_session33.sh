@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Device-call stages, session 33 (onnxruntime-gpu in /tmp/site from .chunk1-4, as session 28's). Logs under $OUT/s33.
-# Usage: scripts/gpu_session33.sh chunk K | lidar [budget_s]
+# Usage: scripts/gpu_session33.sh chunk K | lidar [budget_s] | fresh
+# "fresh" needs no chunk (a lease too short to stage them): the onnxruntime there has no CUDA provider, so every
+# CUDA partition goes to Inductor, which is the case session 32's segfault was seen in (a package with no engine)
 source scripts/gpu_stage_env.sh
-gpu_stage_env s33 "${1:-}"
+gpu_stage_env s33 "$([ "${1:-}" = fresh ] && echo chunk || echo "${1:-}")"
 case ${1:?stage} in
   chunk)  # carry .chunkK; the fourth unpacks
     bash scripts/gpu_session6.sh chunk "${2:?K}"
@@ -10,5 +12,29 @@ case ${1:?stage} in
   lidar)  # issue 10: where the LiDAR example's hybrid compile loses to Inductor's (scripts/lidar_gap_probe.py)
     timeout ${2:-300} python3 scripts/lidar_gap_probe.py > $L/lidar_gap.log 2>&1
     echo "probe rc=$?"; grep -vE "^\s+host self" $L/lidar_gap.log | grep -E "^(WALL|PROFILE|  |[a-z_]+:)" | head -60
+    ;;
+  fresh)  # session 32's segfault: hybrid_trt.load in a fresh process whose first CUDA work is the load
+    nvidia-smi --query-gpu=name --format=csv,noheader
+    timeout 240 python3 -X faulthandler -m pytest -v -p no:cacheprovider -o addopts= -rfE \
+      "tests/test_deployed_cuda_graphs.py::test_a_fresh_process_verifies_a_cuda_package[False]" > $L/fresh.log 2>&1
+    echo "fresh-process test rc=$?"; grep -E "PASSED|FAILED|ERROR|passed|failed|Segmentation|Fatal" $L/fresh.log | head
+    cat > /tmp/gpu_factories.py <<'PY'
+from examples.factories import detector
+
+
+def detector_fp16():
+    model, x = detector()
+    return model.cuda().half(), x.cuda().half()
+PY
+    cli="timeout 200 python3 -X faulthandler -m hybrid_trt.export.cli"
+    $cli export /tmp/gpu_factories.py:detector_fp16 --out /tmp/det16.pkg --quiet --rtol 0.1 --atol 0.1 \
+      --option cuda_graphs=true --compare examples.factories:compare_detector > $L/export.log 2>&1
+    echo "detector fp16 export rc=$?"; tail -2 $L/export.log
+    for flags in "" "--no-cuda-graphs"; do
+      $cli verify /tmp/det16.pkg --compare examples.factories:compare_detector $flags > $L/verify$flags.log 2>&1
+      echo "verify $flags rc=$?"; grep -E "PASS|FAIL|SKIP|Segmentation|Fatal" $L/verify$flags.log | head -8
+    done
+    timeout 60 python3 -X faulthandler -c "import hybrid_trt, torch; m = hybrid_trt.load('/tmp/det16.pkg'); \
+print('bare load ok', type(m).__name__)" > $L/bare.log 2>&1; echo "bare load rc=$?"; tail -3 $L/bare.log
     ;;
 esac

@@ -307,8 +307,29 @@ def test_pointwise_islands_go_back_to_inductor_unless_they_are_the_whole_graph()
     owner = assert_plan_valid(gm, plan, [ORT])
     relu_island = by_target(gm, aten.relu.default)[0]
     mm, = by_target(gm, aten.mm.default)
-    assert relu_island not in owner and "only pointwise/view ops" in plan.inductor_reasons[relu_island]
+    assert relu_island not in owner and "only pointwise, view" in plan.inductor_reasons[relu_island]
     assert mm in owner and len(plan.partitions) == 1
+
+    def conv_bn_pool_conv(x, w, mean, var):
+        # float64: ONNX Runtime's CPU provider has no float64 convolution, so the batch norm, ReLU and max pool
+        # between the two convolutions would be a 3-op island with a seam on each side
+        y = torch.nn.functional.conv2d(x, w, padding=1)
+        y = aten._native_batch_norm_legit_no_training(y, w[:, 0, 0, 0], mean, mean, var, 0.1, 1e-5)[0]  # eval BN
+        y = torch.nn.functional.max_pool2d(torch.relu(y), 3, 2, 1)
+        return torch.nn.functional.conv2d(torch.nn.functional.avg_pool2d(y, 2), w, padding=1)
+
+    d = dict(dtype=torch.float64)
+    gm = trace(conv_bn_pool_conv, torch.randn(1, 4, 8, 8, **d), torch.randn(4, 4, 3, 3, **d), torch.randn(4, **d),
+               torch.rand(4, **d) + 0.5)
+    gm.graph.eliminate_dead_code()  # the unused statistics and indices, as in a captured graph
+    plan = partition_graph(gm.graph, [ORT], min_block_size=1)
+    assert not plan.partitions, plan.partitions
+    for op in (aten._native_batch_norm_legit_no_training.default, aten.relu.default,
+               aten.max_pool2d_with_indices.default):
+        n, = by_target(gm, op)
+        assert "only pointwise, view, batch-norm or pooling ops" in plan.inductor_reasons[n], op
+    plan = partition_graph(gm.graph, [ORT], min_block_size=1, keep_pointwise_islands=True)
+    assert len(plan.partitions) >= 1  # without the rule, the island is delegated
 
     def all_pointwise(x):
         return torch.sigmoid(torch.relu(x) * 3.0)

@@ -287,23 +287,36 @@ def _returns_its_base(view: fx.Node, owner, pid: int) -> bool:
     return True
 
 
+# Ops that carry no pointwise tag but that Inductor computes as one loop over the output, fused with the ops
+# around it: batch norm with fixed statistics is a per-channel scale and shift (decomposed to pointwise ops), and
+# small-window pooling is lowered to a loop over the window. Where a delegate cannot take the convolutions of a
+# model (float64 on the CPU), the batch norms, activations and pools between them formed islands of 3-4 ops,
+# each a seam (ResNet-18: 9 partitions).
+_FUSED_BY_INDUCTOR = frozenset({
+    torch.ops.aten._native_batch_norm_legit_no_training.default,
+    torch.ops.aten.max_pool2d_with_indices.default,
+    torch.ops.aten.avg_pool2d.default,
+})
+
+
 def _is_light(node: fx.Node) -> bool:
     target = node.target
-    return isinstance(target, torch._ops.OpOverload) and (torch.Tag.pointwise in target.tags or target.is_view)
+    return isinstance(target, torch._ops.OpOverload) and (
+        torch.Tag.pointwise in target.tags or target.is_view or target in _FUSED_BY_INDUCTOR)
 
 
 def _release_pointwise_islands(members, owner, delegate_of, kinds, constant: set, reasons) -> None:
-    """A partition of pointwise and view ops only, where other ops remain, goes back to Inductor: Inductor fuses
-    such ops into the kernels next to them for free, while a delegate call adds a seam on each side (measured on
-    the LiDAR example: BatchNorm + ReLU islands between sparse convs). A graph that is all pointwise stays whole
-    in the delegate, as there is then no seam."""
+    """A partition of pointwise and view ops only (or ops fused like them, ``_FUSED_BY_INDUCTOR``), where other ops
+    remain, goes back to Inductor: Inductor fuses such ops into the kernels next to them for free, while a
+    delegate call adds a seam on each side (measured on the LiDAR example: BatchNorm + ReLU islands between sparse
+    convs). A graph that is all such ops stays whole in the delegate, as there is then no seam."""
     total_ops = sum(1 for k in kinds.values() if k is NodeKind.OP)
     for pid in list(members):
         ops = [m for m in members[pid] if kinds[m] is NodeKind.OP]
         if len(ops) == total_ops or not all(m in constant or _is_light(m) for m in ops):
             continue
-        why = (f"{delegate_of[pid]}: only pointwise/view ops, which Inductor fuses into the kernels around them; "
-               "delegating them would only add seams")
+        why = (f"{delegate_of[pid]}: only pointwise, view, batch-norm or pooling ops, which Inductor fuses into the "
+               "kernels around them; delegating them would only add seams")
         for m in members.pop(pid):
             del owner[m]
             if m in reasons:
