@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Device-call stages, session 33 (onnxruntime-gpu in /tmp/site from .chunk1-4, as session 28's). Logs under $OUT/s33.
-# Usage: scripts/gpu_session33.sh chunk K | lidar [budget_s] | fresh
+# Usage: scripts/gpu_session33.sh chunk K | lidar [budget_s] | fresh | segv
 # "fresh" needs no chunk (a lease too short to stage them): the onnxruntime there has no CUDA provider, so every
 # CUDA partition goes to Inductor, which is the case session 32's segfault was seen in (a package with no engine)
 source scripts/gpu_stage_env.sh
@@ -36,5 +36,30 @@ PY
     done
     timeout 60 python3 -X faulthandler -c "import hybrid_trt, torch; m = hybrid_trt.load('/tmp/det16.pkg'); \
 print('bare load ok', type(m).__name__)" > $L/bare.log 2>&1; echo "bare load rc=$?"; tail -3 $L/bare.log
+    ;;
+  segv)  # "fresh" showed the segfault again (the detector's package; a small model's passed): where, and what avoids it
+    nvidia-smi --query-gpu=name --format=csv,noheader
+    cat > /tmp/gpu_factories.py <<'PY'
+from examples.factories import detector
+
+
+def detector_fp16():
+    model, x = detector()
+    return model.cuda().half(), x.cuda().half()
+PY
+    [ -d /tmp/det16.pkg ] || timeout 200 python3 -m hybrid_trt.export.cli export /tmp/gpu_factories.py:detector_fp16 \
+      --out /tmp/det16.pkg --quiet --rtol 0.1 --atol 0.1 --option cuda_graphs=true \
+      --compare examples.factories:compare_detector > $L/segv_export.log 2>&1; echo "export rc=$?"
+    aoti=$(python3 -c "from hybrid_trt.export.package import AOTI_PACKAGE as a; print('/tmp/det16.pkg/' + a)")
+    try() { echo "== $1"; timeout 120 python3 -X faulthandler -c "$2" > $L/segv_$1.log 2>&1; echo "rc=$?"; tail -2 $L/segv_$1.log; }
+    try ort_first "import onnxruntime, hybrid_trt; hybrid_trt.load('/tmp/det16.pkg'); print('ok')"
+    try public_loader "import torch; torch.zeros(1, device='cuda'); m = torch._inductor.aoti_load_package('$aoti', device_index=0); print('ok')"
+    try loader_index0 "import torch; torch.zeros(1, device='cuda'); from torch.export.pt2_archive._package import AOTICompiledModel; torch._C._aoti.AOTIModelPackageLoader('$aoti', 'model', False, 1, 0); print('ok')"
+    try loader_index_m1 "import torch; torch.zeros(1, device='cuda'); torch._C._aoti.AOTIModelPackageLoader('$aoti', 'model', False, 1, -1); print('ok')"
+    try cudnn_first "import torch; torch.nn.functional.conv2d(torch.randn(1,3,8,8,device='cuda',dtype=torch.half), torch.randn(4,3,3,3,device='cuda',dtype=torch.half)); import hybrid_trt; hybrid_trt.load('/tmp/det16.pkg'); print('ok')"
+    try inductor_first "import torch, torch._inductor.codecache, torch._inductor.compile_fx; torch.zeros(1, device='cuda'); import hybrid_trt; hybrid_trt.load('/tmp/det16.pkg'); print('ok')"
+    ls -la /tmp/det16.pkg; python3 -c "import zipfile; z = zipfile.ZipFile('$aoti'); [print(i.filename, i.file_size) for i in z.infolist()]" 2>&1 | head -30
+    echo "== gdb"; timeout 200 gdb -batch -ex run -ex bt --args python3 -c "import hybrid_trt; hybrid_trt.load('/tmp/det16.pkg')" > $L/gdb.log 2>&1
+    grep -E "^#[0-9]+ " $L/gdb.log | head -30
     ;;
 esac
