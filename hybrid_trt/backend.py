@@ -93,6 +93,8 @@ def _compile_graph(gm: fx.GraphModule, example_inputs, opts: Options, check_weig
         with cudagraphs.compiling(opts):
             return _inductor_alone(gm, example_inputs, opts)
     weights = {i: example_inputs[i] for i in weight_input_indices(example_inputs)}
+    for i in _baked_weights.unwatchable_state(gm, weights):
+        del weights[i]  # an input of the engines, as no call could see it change (baked_weights.py)
     continues = _ends_at_graph_break(gm)  # the call goes on after this graph (placement.py)
     original = _baked_weights.copy_graph(gm) if weights and check_weights else None  # for calls with other weights
     store = engine_store(opts)
@@ -219,7 +221,7 @@ def _checked(called, weights: dict, original, report: CompileReport, opts: Optio
     compile of their own (stitch/baked_weights.py)."""
     checked = _baked_weights.checked(called, weights, original, report.graph_index,
                                      lambda gm, args: _compile(gm, args, opts, check_weights=False),
-                                     lambda gm, args: _inductor_alone(gm, args, opts))
+                                     lambda gm, args: _inductor_alone(gm, args, opts), report.to_inductor_alone)
     if checked is not called:  # the runtimes stay reachable from what Dynamo calls (benchmarks introspect them)
         from torch._dynamo.eval_frame import innermost_fn
         runtimes = getattr(innermost_fn(called), "_hybrid_trt_runtimes", None)

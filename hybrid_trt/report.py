@@ -108,6 +108,16 @@ class CompileReport:
         """Every op of the graph: those planned for a delegate (running there or not) and those left to Inductor."""
         return sum(p.op_count for p in self.partitions if p.status == "delegated") + len(self.inductor_ops)
 
+    def to_inductor_alone(self, why: str) -> None:
+        """Decided at call time: from now on the graph runs through Inductor alone, its partitions' ops counted as
+        Inductor's, for ``why``."""
+        self.whole_graph_reason = why
+        for p in self.partitions:
+            if p.status == "delegated":
+                p.status = "fell back to Inductor"
+                p.events.append(why)
+                self.inductor_ops.extend(InductorOp("", op, why) for op, n in p.ops.items() for _ in range(n))
+
     def reasons(self) -> Counter:
         return Counter(op.reason for op in self.inductor_ops)
 

@@ -120,10 +120,12 @@ class _Projector(nn.Module):
         return self.bn(self.lin(uvw[:, :2] / uvw[:, 2:3]))
 
 
-def test_a_buffer_changed_in_place_between_calls_is_read_as_eager_reads_it(hybrid_logs):
-    """The intrinsics went into the engine at compile time; after the caller changes them in place, the graph
-    runs through Inductor alone (which reads them at every call) with one warning, never with the old values.
-    Batch-norm statistics and parameters are weights: not watched."""
+@pytest.mark.parametrize("change", ["copy_", "data"])
+def test_a_buffer_changed_between_calls_is_read_as_eager_reads_it(hybrid_logs, change):
+    """The intrinsics went into the engine at compile time; after the caller changes them in place (``copy_``) or
+    gives the buffer new memory (``K.data = new``, which leaves the version counter as it was), the graph runs
+    through Inductor alone (which reads them at every call) with one warning, never with the old values, and the
+    report says so. Batch-norm statistics and parameters are weights: not watched."""
     torch.manual_seed(0)
     model = _Projector().eval()
     with torch.no_grad():
@@ -132,12 +134,21 @@ def test_a_buffer_changed_in_place_between_calls_is_read_as_eager_reads_it(hybri
     pts = torch.randn(5, 3) + torch.tensor([0.0, 0.0, 8.0])
     with torch.no_grad():
         for frame in range(4):
+            if frame == 1:
+                assert any(p.status == "delegated" for p in hybrid_trt.last_report().partitions), \
+                    hybrid_trt.last_report().table()
             if frame:
-                model.K.copy_(torch.tensor([[10.0 + 5 * frame, 0, 8], [0, 10.0, 6], [0, 0, 1]]))
+                new = torch.tensor([[10.0 + 5 * frame, 0, 8], [0, 10.0, 6], [0, 0, 1]])
+                if change == "copy_":
+                    model.K.copy_(new)
+                else:
+                    model.K.data = new
             assert_close(fast(pts), model(pts), rtol=1e-5, atol=1e-5, what=f"frame {frame}")
-    assert any(p.status == "delegated" for p in hybrid_trt.last_report().partitions), hybrid_trt.last_report().table()
     changed = [r for r in hybrid_logs.records if "changed in place" in r.getMessage()]
     assert len(changed) == 1, [r.getMessage() for r in hybrid_logs.records]
+    report = hybrid_trt.last_report()
+    assert "changed in place" in report.whole_graph_reason and report.delegated_op_count == 0, report.table()
+    assert all(p.status == "fell back to Inductor" for p in report.partitions), report.table()
 
 
 def test_only_buffers_other_than_batch_norm_statistics_are_watched():
@@ -336,18 +347,22 @@ def test_a_model_of_inference_tensors_compiles_and_runs():
         assert_close(torch.compile(model, backend="hybrid_trt")(x), expected, rtol=1e-5, atol=1e-5)
 
 
-def test_a_state_buffer_made_under_inference_mode_compiles_and_runs():
+def test_a_state_buffer_made_under_inference_mode_is_read_at_every_call(hybrid_logs):
     """A buffer other than batch-norm statistics (the camera intrinsics here), made under inference mode, has no
-    version counter: it is not watched, and the compile neither crashes nor watches it."""
+    version counter, so no call could see ``K.copy_(new)``: it is not baked but stays an input of the engine, and
+    the engine reads the new values (before: the old ones, silently)."""
     torch.manual_seed(0)
     with torch.inference_mode():
         model = _Projector().eval()
         pts = torch.randn(5, 3) + torch.tensor([0.0, 0.0, 8.0])
-        expected = model(pts)
         fast = torch.compile(model, backend="hybrid_trt", options={"min_block_size": 1})
-        for _ in range(2):
-            assert_close(fast(pts), expected, rtol=1e-5, atol=1e-5)
-    assert any(p.status == "delegated" for p in hybrid_trt.last_report().partitions), hybrid_trt.last_report().table()
+        for frame in range(3):
+            model.K.copy_(torch.tensor([[10.0 + 5 * frame, 0, 8], [0, 10.0, 6], [0, 0, 1]]))
+            assert_close(fast(pts), model(pts), rtol=1e-5, atol=1e-5, what=f"frame {frame}")
+    report = hybrid_trt.last_report()
+    assert report.delegated_op_count == report.total_op_count > 0, report.table()
+    assert [3, 3] in report.partitions[0].input_shapes, report.table()  # K comes in at every call
+    assert not [r for r in hybrid_logs.records if "changed" in r.getMessage()]
 
 
 def test_few_weight_versions_are_read_per_call():

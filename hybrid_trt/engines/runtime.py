@@ -37,7 +37,7 @@ import torch.fx as fx
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from ..delegates import Engine, get_delegate
-from ..log import logger
+from ..log import TORCH_CPP_BUILDER, logger, quiet
 from ..lowerings.to_onnx import lower_partition
 from ..report import EngineRecord, PartitionReport
 from . import ranges as _ranges
@@ -743,7 +743,9 @@ class _EngineFiles(Mapping):
 def _inductor_with_our_decompositions(gm: fx.GraphModule, example_inputs, config_patches=None):
     from torch._inductor.compile_fx import compile_fx
     from ..capture.preserve import inductor_decompositions
-    return compile_fx(gm, example_inputs, decompositions=inductor_decompositions(), config_patches=config_patches)
+    with quiet(TORCH_CPP_BUILDER):  # it may run at call time (a shape past the engine bound): as backend.py
+        return compile_fx(gm, example_inputs, decompositions=inductor_decompositions(),
+                          config_patches=config_patches)
 
 
 def _lower(module, shapes, dtypes, sizes, target: str):

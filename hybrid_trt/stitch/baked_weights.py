@@ -44,7 +44,7 @@ import torch
 import torch.fx as fx
 from torch._subclasses.fake_tensor import FakeTensor
 
-from ..log import logger
+from ..log import TORCH_CPP_BUILDER, logger, quiet
 
 
 def copy_graph(gm: fx.GraphModule) -> fx.GraphModule:
@@ -72,16 +72,15 @@ def _spread(positions: list, n: int) -> list:
     return sorted({positions[round(k * (len(positions) - 1) / (n - 1))] for k in range(n)})
 
 
-def state_buffers(original: fx.GraphModule, weights: Mapping[int, torch.Tensor]) -> list:
-    """Positions of the baked weights that are model state rather than weights: buffers that something other
-    than batch norm reads (a camera's intrinsics, anchors, a calibration a caller updates in place between
-    frames). Parameters and batch-norm statistics are weights, changed only by loading new ones (see the README
-    on changing weights); state is watched per call (``checked``), few as such buffers are. An inference tensor
-    (a buffer made under ``torch.inference_mode()``) has no version counter to watch, and is left out."""
+def _state(original: fx.GraphModule, weights: Mapping[int, torch.Tensor]) -> list:
+    """Positions of the weights that are model state rather than weights: buffers that something other than
+    batch norm reads (a camera's intrinsics, anchors, a calibration a caller updates in place between frames).
+    Parameters and batch-norm statistics are weights, changed only by loading new ones (see the README on
+    changing weights)."""
     placeholders = [n for n in original.graph.nodes if n.op == "placeholder"]
     out = []
     for i, t in weights.items():
-        if isinstance(t, torch.nn.Parameter) or i >= len(placeholders) or t.is_inference():
+        if isinstance(t, torch.nn.Parameter) or i >= len(placeholders):
             continue
         users = placeholders[i].users
         if not all(u.target in _BATCH_NORM and any(u.args[k] is placeholders[i] for k in (1, 2) if k < len(u.args))
@@ -90,16 +89,31 @@ def state_buffers(original: fx.GraphModule, weights: Mapping[int, torch.Tensor])
     return sorted(out)
 
 
+def state_buffers(original: fx.GraphModule, weights: Mapping[int, torch.Tensor]) -> list:
+    """Positions of the state (``_state``) baked into engines and watched per call (``checked``), few as such
+    buffers are."""
+    return [i for i in _state(original, weights) if not weights[i].is_inference()]
+
+
+def unwatchable_state(gm: fx.GraphModule, weights: Mapping[int, torch.Tensor]) -> list:
+    """Positions of state that no call could see change: an inference tensor (a buffer made under
+    ``torch.inference_mode()``, a common way to build a model for deployment) has no version counter, and
+    ``buf.copy_(new)`` keeps its memory. Such state is not baked: it stays an input of the engines, read at
+    every call."""
+    return [i for i in _state(gm, weights) if weights[i].is_inference()]
+
+
 _BATCH_NORM = (torch.nn.functional.batch_norm, torch.batch_norm)
 
 
 def checked(compiled: Callable, weights: Mapping[int, torch.Tensor], original: fx.GraphModule, graph_index: int,
-            compile_hybrid: Callable, compile_inductor: Callable = None) -> Callable:
+            compile_hybrid: Callable, compile_inductor: Callable = None,
+            on_inductor_alone: Callable[[str], None] = lambda why: None) -> Callable:
     """``compiled`` (Dynamo's arguments in), run while the arguments at the positions of ``weights`` are those
     tensors; with others, a compile of ``original`` (the captured graph) for them: ``compile_hybrid(gm, args)``,
     or Inductor's (``compile_inductor(gm, args)``, default ``compile_fx``). Once a state buffer
     (``state_buffers``) that went into engines is changed in place, every call runs through Inductor alone, which
-    reads it at each call."""
+    reads it at each call (and ``on_inductor_alone(why)`` records that)."""
     positions = _spread(sorted(weights), CHECKED)
     if not positions:
         return compiled
@@ -126,14 +140,16 @@ def checked(compiled: Callable, weights: Mapping[int, torch.Tensor], original: f
         return call
     # Read again after every call: a buffer the graph itself updates (a step counter) changes inside the call,
     # which is no change from outside.
+    # The memory too: ``buf.data = new`` gives the buffer other storage without touching its version counter.
     versions = [[weights[i]._version for i in state]]
+    memory = [weights[i].data_ptr() for i in state]
     plain: list = []  # Inductor alone, once a state buffer changed
 
     def call_watching_state(*args):
         if plain:
             return plain[0](*args)
         if not stale[0] and ids(args) == expected:
-            if [args[i]._version for i in state] == versions[0]:
+            if [args[i]._version for i in state] == versions[0] and [args[i].data_ptr() for i in state] == memory:
                 if main.seen != _registrations[0]:
                     main.recheck(args)
                 out = main.compiled(*args)
@@ -141,10 +157,12 @@ def checked(compiled: Callable, weights: Mapping[int, torch.Tensor], original: f
                 return out
             with others.lock:
                 if not plain:
-                    logger.warning("hybrid_trt: graph %d: a buffer baked into its engines was changed in place "
-                                   "(e.g. copy_ of new camera parameters); from now on this graph runs through "
-                                   "Inductor alone, which reads it at every call", graph_index)
+                    why = ("a buffer baked into its engines was changed in place or given new memory (e.g. copy_ "
+                           "of new camera parameters, buf.data = new)")
+                    logger.warning("hybrid_trt: graph %d: %s; from now on this graph runs through Inductor alone, "
+                                   "which reads it at every call", graph_index, why)
                     plain.append(others._inductor(list(args)))
+                    on_inductor_alone(f"{why}, at a call")
             return plain[0](*args)
         return others(args)
     return call_watching_state
@@ -329,7 +347,7 @@ class _OtherWeights:
 
     def _inductor(self, args: list) -> Callable:
         try:
-            with self.traced.context(args) as examples:
+            with self.traced.context(args) as examples, quiet(TORCH_CPP_BUILDER):  # at call time: as backend.py
                 return self.compile_inductor(copy_graph(self.gm), examples)
         except Exception as e:  # noqa: BLE001 - the captured graph itself always runs
             logger.warning("hybrid_trt: graph %d: Inductor could not compile it (%s: %s); those calls run the "
