@@ -225,6 +225,28 @@ def test_weights_loaded_in_place_after_compile_are_used(hybrid_logs):
     assert any(p.status == "delegated" for p in hybrid_trt.last_report().partitions), hybrid_trt.last_report().table()
 
 
+def test_fine_tuning_one_block_between_calls_is_seen_whichever_block(hybrid_logs):
+    """An optimizer step on one block of a model compiled for evaluation (transfer learning, a head or a stage
+    fine-tuned between validation passes) changes weights the version sample may not hold: torch's optimizer
+    step hook makes the next call compare every parameter's version, so each block's step is seen (before: the
+    blocks outside the sample were served the old weights, silently)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(*[nn.Sequential(nn.Linear(16, 16), nn.ReLU()) for _ in range(12)]).eval()
+    fast = torch.compile(model, backend="hybrid_trt")
+    x = torch.randn(2, 16)
+    with torch.no_grad():
+        assert_close(fast(x), model(x), rtol=1e-5, atol=1e-5)
+    for block in range(12):
+        opt = torch.optim.SGD(model[block].parameters(), lr=0.5)
+        model[block][0].weight.grad = torch.randn(16, 16)
+        model[block][0].bias.grad = torch.randn(16)
+        opt.step()
+        with torch.no_grad():
+            for _ in range(2):
+                assert_close(fast(x), model(x), rtol=1e-5, atol=1e-5, what=f"after a step on block {block}")
+    assert len(_recompiles(hybrid_logs)) == 12, [r.getMessage() for r in hybrid_logs.records]
+
+
 def test_weights_replaced_through_data_after_compile_are_used(hybrid_logs):
     """``param.data = new`` for every parameter (EMA and weight-averaging code) gives the tensors the engines baked
     other storage without changing their version counters: the sampled weights' memory is compared too, so the

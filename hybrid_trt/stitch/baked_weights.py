@@ -168,12 +168,14 @@ def checked(compiled: Callable, weights: Mapping[int, torch.Tensor], original: f
     return call_watching_state
 
 
-# Parameters (re)registered on any module of the process, counted by torch's global parameter registration hook
-# (installed by the first compile): ``module.weight = nn.Parameter(w)`` and ``load_state_dict(assign=True)``
-# replace a weight object, which a sample of identities (``CHECKED``) misses unless it is sampled. Counting costs
-# one increment per registration; a call compares one integer. Not the buffer hook: a model's own forward
-# reassigns buffers (``self.count += 1`` is a setattr), and with a global buffer hook installed Dynamo traces that
-# differently (the buffer came back as a new tensor each call, seen as changed state).
+# Events that may change weights a sample does not look at, counted by torch's global hooks (installed by the
+# first compile): parameters (re)registered on any module (``module.weight = nn.Parameter(w)``,
+# ``load_state_dict(assign=True)`` replace a weight object, which a sample of identities, ``CHECKED``, misses
+# unless it is sampled), and optimizer steps (fine-tuning one block of a model changes weights the version sample,
+# ``VERSIONS_CHECKED``, may not hold). Counting costs one increment per event; a call compares one integer. Not
+# the buffer hook: a model's own forward reassigns buffers (``self.count += 1`` is a setattr), and with a global
+# buffer hook installed Dynamo traces that differently (the buffer came back as a new tensor each call, seen as
+# changed state).
 _registrations = [0]
 _registration_hooks: list = []
 _hooks_lock = threading.Lock()
@@ -181,19 +183,22 @@ _hooks_lock = threading.Lock()
 
 def _count_registrations() -> None:
     def counted(*_args):
-        _registrations[0] += 1  # returns None: the registered object is kept as it is
+        _registrations[0] += 1  # returns None: the registered object (or the optimizer's step) is left as it is
 
     with _hooks_lock:
         if not _registration_hooks:
             from torch.nn.modules import module
+            from torch.optim.optimizer import register_optimizer_step_post_hook
             _registration_hooks.append(module.register_module_parameter_registration_hook(counted))
+            _registration_hooks.append(register_optimizer_step_post_hook(counted))
 
 
 class _Reregistered:
-    """The callable for the baked weights, checked against all of them by identity after any registration in the
-    process: a baked weight replaced by another object (``module.weight = nn.Parameter(w)``, not at a sampled
-    position) compiles the graph again for the new weights. Without a registration, a call costs one integer
-    comparison (made by the caller, before ``recheck``)."""
+    """The callable for the baked weights, checked against all of them after any registration or optimizer step
+    in the process: a baked weight replaced by another object (``module.weight = nn.Parameter(w)``, not at a
+    sampled position), or a parameter whose version moved (an optimizer step on one block), compiles the graph
+    again for the new weights. Without such an event, a call costs one integer comparison (made by the caller,
+    before ``recheck``)."""
 
     def __init__(self, compiled: Callable, positions: list, weights: Mapping[int, torch.Tensor],
                  others: "_OtherWeights"):
@@ -201,19 +206,36 @@ class _Reregistered:
         self.compiled, self.others = compiled, others
         self.pick = operator.itemgetter(*positions, positions[0])  # a tuple, however many
         self.ids = tuple(map(id, self.pick([weights.get(i) for i in range(positions[-1] + 1)])))
+        # parameters only: batch-norm statistics a train-mode forward updates inside the call are no change
+        params = [i for i in positions if isinstance(weights[i], torch.nn.Parameter) and not weights[i].is_inference()]
+        self.pick_params = operator.itemgetter(*params, params[0]) if params else lambda args: ()
+        self.versions = tuple(map(_version, self.pick_params([weights.get(i) for i in range(positions[-1] + 1)])))
         self.seen = _registrations[0]
+        self._follow(compiled)
+
+    def _follow(self, compiled) -> None:
+        """The versions a compile baked: also those of a compile the sample made (``_Refreshed``), or the next
+        event would compile the same weights again."""
+        if isinstance(compiled, _Refreshed):
+            compiled.on_recompile = self._rebase
+
+    def _rebase(self, args) -> None:
+        self.versions = tuple(map(_version, self.pick_params(args)))
 
     def recheck(self, args) -> None:
-        """Called when a registration happened since the last check (``seen``): a compile for replaced weights."""
+        """Called when a registration or an optimizer step happened since the last check (``seen``): a compile for
+        replaced or changed weights."""
         with self.others.lock:
             seen = _registrations[0]
             now = tuple(map(id, self.pick(args)))
-            if now != self.ids:
+            versions = tuple(map(_version, self.pick_params(args)))
+            if now != self.ids or versions != self.versions:
                 others = self.others
-                fn = others.recompile(list(args), others.REPLACED)
+                fn = others.recompile(list(args), others.REPLACED if now != self.ids else others.IN_PLACE)
                 self.compiled = _Refreshed(fn, others.versioned, [args[i] for i in others.versioned], others) \
                     if others.versioned else fn
-                self.ids = now
+                self.ids, self.versions = now, versions
+                self._follow(self.compiled)
             self.seen = seen
 
 
@@ -245,6 +267,7 @@ class _Refreshed:
         self.pick = operator.itemgetter(*positions, positions[0])  # two or more: itemgetter returns a tuple
         self.seen = tuple(map(_version, tensors + tensors[:1]))
         self.memory = tuple(map(_data_ptr, tensors + tensors[:1]))
+        self.on_recompile = None  # told the call's arguments after a compile for new contents (_Reregistered)
 
     def versions(self, args) -> tuple:
         return tuple(map(_version, self.pick(args)))
@@ -260,6 +283,8 @@ class _Refreshed:
                     self.compiled = self.others.recompile(list(args))
                     self.seen = self.versions(args)
                     self.memory = tuple(map(_data_ptr, self.pick(args)))
+                    if self.on_recompile is not None:
+                        self.on_recompile(args)
         out = self.compiled(*args)
         self.seen = self.versions(args)
         return out
