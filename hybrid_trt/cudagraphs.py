@@ -381,6 +381,10 @@ def compile_observed(compile_graph, gm: fx.GraphModule, cudagraphs_box, plan: Ca
     if not plan.enabled:
         return compile_graph()
     reasons = list(blockers(gm, plan))  # before Inductor's passes rewrite gm
+    on_cpu = CPU_ONLY in reasons
+    if on_cpu:  # asked for, and nothing to capture: said once per graph, not only in the report
+        logger.warning("hybrid_trt: graph %d: CUDA graphs were asked for (mode='reduce-overhead' or cuda_graphs), "
+                       "but %s; it runs uncaptured", report.graph_index, CPU_ONLY)
     if plan.whole:
         return _compiled_for_whole_runner(compile_graph, gm, reasons, report)
     with torch._inductor.config.patch(_data_dependent_split(gm)):
@@ -389,7 +393,7 @@ def compile_observed(compile_graph, gm: fx.GraphModule, cudagraphs_box, plan: Ca
     partition_maps = getattr(compiled, "partition_maps", None)
     for why in (getattr(compiled, "disabled_cudagraphs_reason", None),
                 *(getattr(getattr(compiled, "cudagraph_info", None), "cudagraph_fail_reasons", None) or ())):
-        if why:
+        if why and not on_cpu:  # on the CPU Inductor's own words ("multiple devices") only confuse
             reasons.append(f"Inductor: {_skip_reason(why)}")
     if not captured or (partition_maps is not None and len(partition_maps) == 0):
         status, segments = "not captured", 0
@@ -442,6 +446,9 @@ def _data_dependent_split(gm: fx.GraphModule) -> dict:
     return {"cudagraph_unsafe_unbacked_ops": sorted(set(config.cudagraph_unsafe_unbacked_ops) | set(ops))}
 
 
+CPU_ONLY = "the graph computes on the CPU (CUDA graphs capture CUDA work only)"
+
+
 def blockers(gm: fx.GraphModule, plan: CapturePlan):
     """Why parts of the stitched graph cannot be captured: our uncapturable partitions, ops Inductor treats as
     cudagraph-unsafe, data-dependent (unbacked) sizes, and ops on the CPU."""
@@ -469,7 +476,7 @@ def blockers(gm: fx.GraphModule, plan: CapturePlan):
         made = ", ".join(f"{op} x{n}" for op, n in sources.items())
         yield f"data-dependent sizes from {made}; {users_of_unbacked} more op(s) on such sizes"
     if devices.get("cpu") and not devices.get("cuda"):
-        yield "the graph computes on the CPU (CUDA graphs capture CUDA work only)"
+        yield CPU_ONLY
     elif devices.get("cpu"):
         yield f"{devices['cpu']} op(s) on the CPU"
 

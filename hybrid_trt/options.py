@@ -271,7 +271,11 @@ def make_options(options: Mapping[str, Any] | Options | None = None,
                  environ: Mapping[str, str] | None = None, resolve: bool = True) -> Options:
     """``resolve``: check the delegates the options name or imply against this machine (contradictions raise,
     what is unusable is said once per process); without it, only the keys and values are checked."""
-    opts = options if isinstance(options, Options) else _from_mapping(options, environ)
+    if isinstance(options, Options):
+        _from_mapping({}, environ)  # taken as it is, but a bad HYBRID_TRT_* variable is an error here too
+        opts = options
+    else:
+        opts = _from_mapping(options, environ)
     if resolve:
         opts.resolved_delegates()
     return opts

@@ -7,6 +7,8 @@ a GPU machine with onnxruntime-gpu (CUDA provider): replay after new inputs, sha
 alternating, a user stream, output lifetime as Inductor's ``reduce-overhead`` has it, segments around a delegate
 that is not capture-safe, and every model matching eager with graphs on.
 """
+import logging
+
 import pytest
 import torch
 
@@ -171,15 +173,18 @@ def test_cpu_partitions_are_planned_outside_graphs_and_run_correctly():
     assert report.cuda_graphs.status == "not captured"
 
 
-def test_reduce_overhead_on_a_cpu_model_warns_nothing_and_says_why_in_full(hybrid_logs):
-    """mode="reduce-overhead" on a CPU model captures nothing: no warning about CUDA graphs being experimental (it
-    is about CUDA partitions between captured segments), and the report's reasons are whole sentences (Inductor's
-    'multiple devices: ' names no device for a graph whose every op is delegated)."""
+def test_reduce_overhead_on_a_cpu_model_says_once_that_nothing_is_captured(hybrid_logs):
+    """mode="reduce-overhead" on a CPU model captures nothing: one warning saying so (asked for and not done is
+    no silent fallback), none about CUDA graphs being experimental (it is about CUDA partitions between captured
+    segments), and the report's reasons are whole sentences (Inductor's 'multiple devices: ' names no device for
+    a graph whose every op is delegated)."""
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(), torch.nn.Conv2d(8, 8, 3)).eval()
     x = torch.randn(1, 3, 16, 16)
     with torch.no_grad():
         assert_close(torch.compile(model, backend="hybrid_trt", mode="reduce-overhead")(x), model(x))
     assert not [r for r in hybrid_logs.records if "experimental" in r.getMessage()], hybrid_logs.text
+    said = [r for r in hybrid_logs.records if r.levelno == logging.WARNING and "computes on the CPU" in r.getMessage()]
+    assert len(said) == 1 and "runs uncaptured" in said[0].getMessage(), hybrid_logs.text
     report = hybrid_trt.last_report()
     assert report.cuda_graphs.status == "not captured"
     assert report.cuda_graphs.reasons and not [r for r in report.cuda_graphs.reasons if r.rstrip().endswith(":")], \

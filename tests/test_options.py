@@ -157,6 +157,14 @@ def test_bad_environment_value_names_key():
         make_options(environ={"HYBRID_TRT_MIN_BLOCK_SIZE": "zero"})
 
 
+def test_an_options_object_is_taken_as_it_is_but_the_environment_is_still_checked():
+    opts = Options(min_block_size=5)
+    assert make_options(opts, environ={"HYBRID_TRT_MIN_BLOCK_SIZE": "7"}) is opts  # checked, not applied
+    for bad in ({"HYBRID_TRT_MIN_BLOCKSIZE": "3"}, {"HYBRID_TRT_NUM_THREADS": "abc"}):
+        with pytest.raises(ValueError, match="HYBRID_TRT_MIN_BLOCKSIZE|'num_threads'"):
+            make_options(opts, environ=bad, resolve=False)
+
+
 def test_unknown_environment_variable_raises():
     with pytest.raises(ValueError) as info:
         make_options(environ={"HYBRID_TRT_MIN_BLOCKSIZE": "3"})

@@ -158,16 +158,16 @@ def honouring_precision(names: Sequence[str], precision: str, named: bool, stric
     cannot = [n for n in names if precision not in _DELEGATES[n].precisions]
     able = [n for n, d in _DELEGATES.items() if precision in d.precisions]
     if named and cannot:
-        raise ValueError(f"option 'precision'={precision!r} is not supported by the {', '.join(cannot)} delegate, "
-                         f"which runs partitions in the model's own dtypes; use precision='fp32', or "
-                         f"delegates={able!r}")
+        raise ValueError(f"hybrid_trt option 'precision'={precision!r} is not supported by the "
+                         f"{', '.join(cannot)} delegate, which runs partitions in the model's own dtypes; use "
+                         f"precision='fp32', or delegates={able!r}")
     left = tuple(n for n in names if n not in cannot)
     if not left and names:
         why = "; ".join(f"{n}: {_DELEGATES[n].unavailable_reason() or 'usable'}" for n in able)
         what = (f"option 'precision'={precision!r}: only {', '.join(able)} builds {precision} engines, and it is "
                 f"not usable here ({why})")
         if strict:
-            raise ValueError(f"{what} (strict=True, so nothing compiles without it)")
+            raise ValueError(f"hybrid_trt {what} (strict=True, so nothing compiles without it)")
         _warn_once(f"hybrid_trt {what}; graphs compile with Inductor alone, in the model's own dtypes "
                    "(strict=True raises)")
     return left
