@@ -6,8 +6,9 @@ one process, interleaved rounds.
 
     python benchmarks/bench_islands.py [--models resnet18,resnet50,mobilenet_v3_large] [--rounds 15] [--out FILE]
 
-Batch 1, 3x112x112, random weights (torchvision), float64, torch.no_grad(). A figure is the median over rounds of
-the median of ``--iters`` calls; a ratio is the median of per-round ratios.
+Batch 1, 3x112x112, random weights (torchvision), float64, torch.no_grad(). Each round runs every variant
+``--iters`` times, in an order shuffled every round; a figure is the median over rounds of the median of those
+calls; a ratio is the median of per-round ratios.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import contextlib
 import copy
 import os
 import platform
+import random
 import statistics
 import subprocess
 import sys
@@ -77,8 +79,11 @@ def main() -> None:
                 err.append(float((fns["islands"](x) - expected).abs().max()))
             islands = delegated(hybrid_trt.last_report())
             times = {k: [] for k in fns}
+            order = list(fns)
             for _ in range(args.rounds):
-                for k, f in fns.items():
+                random.shuffle(order)  # no variant always follows the same one (thread pools left spinning)
+                for k in order:
+                    f = fns[k]
                     calls = []
                     for _ in range(args.iters):
                         t0 = time.perf_counter()

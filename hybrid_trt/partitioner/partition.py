@@ -288,14 +288,16 @@ def _returns_its_base(view: fx.Node, owner, pid: int) -> bool:
 
 
 # Ops that carry no pointwise tag but that Inductor computes as one loop over the output, fused with the ops
-# around it: batch norm with fixed statistics is a per-channel scale and shift (decomposed to pointwise ops), and
-# small-window pooling is lowered to a loop over the window. Where a delegate cannot take the convolutions of a
-# model (float64 on the CPU), the batch norms, activations and pools between them formed islands of 3-4 ops,
-# each a seam (ResNet-18: 9 partitions).
+# around it: batch norm with fixed statistics is a per-channel scale and shift (decomposed to pointwise ops),
+# small-window pooling is lowered to a loop over the window, and global average pooling (a mean over the spatial
+# dimensions) is a reduction whose producers Inductor fuses into its loads. Where a delegate cannot take the
+# convolutions of a model (float64 on the CPU), the batch norms, activations and pools between them formed
+# islands of 3-4 ops, each a seam (ResNet-18: 9 partitions; MobileNetV3's squeeze-excitation pools: 3).
 _FUSED_BY_INDUCTOR = frozenset({
     torch.ops.aten._native_batch_norm_legit_no_training.default,
     torch.ops.aten.max_pool2d_with_indices.default,
     torch.ops.aten.avg_pool2d.default,
+    torch.ops.aten.mean.dim,
 })
 
 
