@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Device-call stages, session 33 (onnxruntime-gpu in /tmp/site from .chunk1-4, as session 28's). Logs under $OUT/s33.
-# Usage: scripts/gpu_session33.sh chunk K | lidar [budget_s] | fresh | segv
+# Usage: scripts/gpu_session33.sh chunk K | lidar [budget_s] | fresh | segv | segv2
 # "fresh" needs no chunk (a lease too short to stage them): the onnxruntime there has no CUDA provider, so every
 # CUDA partition goes to Inductor, which is the case session 32's segfault was seen in (a package with no engine)
 source scripts/gpu_stage_env.sh
-gpu_stage_env s33 "$([ "${1:-}" = fresh ] && echo chunk || echo "${1:-}")"
+gpu_stage_env s33 "$(case "${1:-}" in fresh|segv|segv2|segv3|test) echo chunk;; *) echo "${1:-}";; esac)"
 case ${1:?stage} in
   chunk)  # carry .chunkK; the fourth unpacks
     bash scripts/gpu_session6.sh chunk "${2:?K}"
@@ -36,6 +36,31 @@ PY
     done
     timeout 60 python3 -X faulthandler -c "import hybrid_trt, torch; m = hybrid_trt.load('/tmp/det16.pkg'); \
 print('bare load ok', type(m).__name__)" > $L/bare.log 2>&1; echo "bare load rc=$?"; tail -3 $L/bare.log
+    ;;
+  test)  # the GPU test of the fix, its case being the detector's package (no engine: no onnxruntime-gpu here)
+    timeout 200 python3 -m pytest -q -p no:cacheprovider -o addopts= -rfE \
+      "tests/test_deployed_cuda_graphs.py::test_a_fresh_process_verifies_a_cuda_package[False]" 2>&1 | tail -4
+    ;;
+  segv3)  # the fix (export/api.py _cxx_runtime_loaded): verify and a bare load in fresh processes
+    [ -d /tmp/det16.pkg ] || bash $0 segv > /dev/null 2>&1
+    cli="timeout 100 python3 -X faulthandler -m hybrid_trt.export.cli"
+    for flags in "" "--no-cuda-graphs"; do
+      $cli verify /tmp/det16.pkg --compare examples.factories:compare_detector $flags > $L/v3$flags.log 2>&1
+      echo "verify $flags rc=$?"; grep -E "PASS|FAIL|SKIP|Fatal" $L/v3$flags.log | head -8
+    done
+    timeout 60 python3 -X faulthandler -c "import hybrid_trt; m = hybrid_trt.load('/tmp/det16.pkg'); print('bare load ok')" 2>&1 | tail -2
+    ;;
+  segv2)  # segv: only importing onnxruntime first avoided it (torch's own loader crashed too): which side effect
+    [ -d /tmp/det16.pkg ] || bash $0 segv > /dev/null 2>&1
+    aoti=/tmp/det16.pkg/model.pt2; rm -rf /tmp/x && mkdir /tmp/x && (cd /tmp/x && python3 -m zipfile -e $aoti .)
+    so=$(ls /tmp/x/model/data/aotinductor/model/*.so); ldd $so | grep -vE "linux-vdso|ld-linux"
+    ort=$(python3 -c "import onnxruntime.capi as c, os; print(os.path.dirname(c.__file__))"); ls $ort | head
+    ldd $ort/onnxruntime_pybind11_state*.so | grep -E "gomp|stdc|cud" ; nm -D --undefined-only $so | grep -ciE "omp|gomp"
+    try() { echo "== $1"; timeout 120 python3 -X faulthandler -c "$2" > $L/segv2_$1.log 2>&1; echo "rc=$?"; tail -1 $L/segv2_$1.log; }
+    try gomp "import ctypes; ctypes.CDLL('libgomp.so.1', mode=ctypes.RTLD_GLOBAL); import hybrid_trt; hybrid_trt.load('/tmp/det16.pkg'); print('ok')"
+    try pybind_only "import onnxruntime.capi._pybind_state; import hybrid_trt; hybrid_trt.load('/tmp/det16.pkg'); print('ok')"
+    try stdcxx "import ctypes; ctypes.CDLL('libstdc++.so.6', mode=ctypes.RTLD_GLOBAL); import hybrid_trt; hybrid_trt.load('/tmp/det16.pkg'); print('ok')"
+    try ort_after_torch "import torch, hybrid_trt, onnxruntime; hybrid_trt.load('/tmp/det16.pkg'); print('ok')"
     ;;
   segv)  # "fresh" showed the segfault again (the detector's package; a small model's passed): where, and what avoids it
     nvidia-smi --query-gpu=name --format=csv,noheader

@@ -1041,8 +1041,6 @@ def load(path, *, device=None, cuda_graphs: Optional[bool] = None) -> DeployedMo
     absent = custom_ops.missing(manifest.get("custom_ops", []))
     if absent:
         raise PackageError(f"hybrid_trt package {package.source}: {pkg.missing_ops_text(absent)}", "environment")
-    if device.type == "cuda":
-        _current_context(device)
     try:
         aoti = _load_aoti(package.aoti_path, device.index if device.type == "cuda" and device.index is not None
                           else -1, single_threaded=cuda_graphs)
@@ -1116,15 +1114,18 @@ def _raise_on_damage(package: pkg.Package, engines_checked_by_store: bool = Fals
             raise PackageError(f"hybrid_trt package {package.source}: {check.detail}", check.name)
 
 
-def _current_context(device: torch.device) -> None:
-    """The device's CUDA context created and current before AOTInductor's loader runs. On an H100 (session 32) a
-    fresh process whose first CUDA work was this load segfaulted inside ``AOTIModelPackageLoader`` (a package with
-    no engine, so nothing had touched CUDA), and did not when onnxruntime's import had run first. That a missing
-    context is the cause is suspected, not verified on a GPU (tests/test_deployed_cuda_graphs.py
-    ``test_a_fresh_process_verifies_a_cuda_package`` checks it there)."""
-    with torch.cuda.device(device):
-        torch.zeros(1, device=device)
-        torch.cuda.synchronize(device)
+def _cxx_runtime_loaded() -> None:
+    """The system's C++ runtime loaded into the process, globally, before AOTInductor's compiled library is. On an
+    H100 (sessions 32-33) a fresh process segfaulted inside AOTInductor's package loader (torch's own
+    ``aoti_load_package`` too) on the example detector's CUDA package; loading ``libstdc++.so.6`` first with
+    ``RTLD_GLOBAL``, or importing onnxruntime (whose library links it), avoided it, and nothing else tried did
+    (an earlier CUDA context, cuDNN or Inductor imported, libgomp). torch's wheels carry their C++ runtime
+    inside; the compiled library links the system's. Where there is none to load, nothing is done."""
+    import ctypes
+    try:
+        ctypes.CDLL("libstdc++.so.6", mode=ctypes.RTLD_GLOBAL)
+    except OSError:
+        pass
 
 
 def _load_aoti(path: pathlib.Path, device_index: int, single_threaded: bool = False):
@@ -1133,6 +1134,7 @@ def _load_aoti(path: pathlib.Path, device_index: int, single_threaded: bool = Fa
     the target, and the manifest's environment (CPU ISA flags included) is what ``verify`` checks.
     ``single_threaded``: without the runner's synchronisation between concurrent calls (it queries CUDA events,
     which a capture forbids: torch's documented setting for CUDA graphs); DeployedModel serialises calls itself."""
+    _cxx_runtime_loaded()
     try:
         from torch.export.pt2_archive._package import AOTICompiledModel
         loader = torch._C._aoti.AOTIModelPackageLoader(str(path), "model", single_threaded, 1, device_index)
