@@ -160,7 +160,7 @@ def _compile_graph(gm: fx.GraphModule, example_inputs, opts: Options, check_weig
     compile_inductor = lambda: compile_fx(  # noqa: E731
         gm, example_inputs, inner_compile=inner_compile, decompositions=capture_decompositions())
     if opts.inductor_cuda_graphs:  # Inductor's CUDA-graph trees around the stitched graph; its skip messages reported
-        compile_inductor = cudagraphs.with_graphs(compile_inductor, opts, report)
+        compile_inductor = cudagraphs.with_graphs(compile_inductor, opts, report, gm)
     if not opts.cache:
         # Caching off: Inductor's caches too (force_disable_caches is the one switch TORCHINDUCTOR_FX_GRAPH_CACHE=1
         # style variables cannot override). Its entries would call engines that are in no store. It then compiles

@@ -361,12 +361,17 @@ def compiling(options):
         log.removeFilter(skip_log)
 
 
-def with_graphs(compile_inductor, options, report):
-    """``compile_inductor`` run under ``compiling``; Inductor's skip messages join ``report.cuda_graphs``."""
+def with_graphs(compile_inductor, options, report, gm: fx.GraphModule):
+    """``compile_inductor`` run under ``compiling``; Inductor's skip messages join ``report.cuda_graphs``. ``gm``:
+    the graph Dynamo captured, read when Inductor's cache serves the compile (nothing is compiled to inspect)."""
     def run():
         with compiling(options) as skipped:
             compiled = compile_inductor()
-        if report.cuda_graphs is None:  # Inductor's cache served the graph: nothing was compiled to inspect
+        if report.cuda_graphs is None and _on_cpu_only(gm):  # served by Inductor's cache, and nothing to capture
+            logger.warning("hybrid_trt: graph %d: CUDA graphs were asked for (mode='reduce-overhead' or "
+                           "cuda_graphs), but %s; it runs uncaptured", report.graph_index, CPU_ONLY)
+            report.cuda_graphs = CudaGraphRecord("not captured", 0, [CPU_ONLY])
+        elif report.cuda_graphs is None:  # Inductor's cache served the graph: nothing was compiled to inspect
             report.cuda_graphs = CudaGraphRecord("unknown (compiled graph served by Inductor's cache)", 0, [])
         elif skipped:
             report.cuda_graphs.reasons = _dedupe(report.cuda_graphs.reasons + [f"Inductor: {m}" for m in skipped])
@@ -447,6 +452,13 @@ def _data_dependent_split(gm: fx.GraphModule) -> dict:
 
 
 CPU_ONLY = "the graph computes on the CPU (CUDA graphs capture CUDA work only)"
+
+
+def _on_cpu_only(gm: fx.GraphModule) -> bool:
+    """Whether every tensor Dynamo's graph ``gm`` traced (inputs and results) is on the CPU."""
+    devices = {v.device.type for n in gm.graph.nodes for v in (n.meta.get("example_value"),)
+               if isinstance(v, torch.Tensor)}
+    return devices == {"cpu"}
 
 
 def blockers(gm: fx.GraphModule, plan: CapturePlan):

@@ -189,6 +189,15 @@ def test_reduce_overhead_on_a_cpu_model_says_once_that_nothing_is_captured(hybri
     assert report.cuda_graphs.status == "not captured"
     assert report.cuda_graphs.reasons and not [r for r in report.cuda_graphs.reasons if r.rstrip().endswith(":")], \
         report.cuda_graphs.reasons
+    # Compiled again, Inductor's cache serves the graph (nothing compiled to inspect): the same warning and record
+    torch._dynamo.reset()
+    with torch.no_grad():
+        assert_close(torch.compile(model, backend="hybrid_trt", mode="reduce-overhead")(x), model(x))
+    report = hybrid_trt.last_report()
+    assert report.from_inductor_cache, report.table()
+    assert report.cuda_graphs.status == "not captured" and "computes on the CPU" in report.cuda_graphs.reasons[0]
+    said = [r for r in hybrid_logs.records if r.levelno == logging.WARNING and "computes on the CPU" in r.getMessage()]
+    assert len(said) == 2, hybrid_logs.text
 
 
 # ---------------------------------------------------------------------------------------------- LiDAR example
