@@ -138,22 +138,24 @@ def checked(compiled: Callable, weights: Mapping[int, torch.Tensor], original: f
                 return main.compiled(*args)
             return others(args)
         return call
-    # Read again after every call: a buffer the graph itself updates (a step counter) changes inside the call,
-    # which is no change from outside.
-    # The memory too: ``buf.data = new`` gives the buffer other storage without touching its version counter.
-    versions = [[weights[i]._version for i in state]]
-    memory = [weights[i].data_ptr() for i in state]
+    # Version and memory of each state buffer (``buf.data = new`` gives it other storage without touching its
+    # version counter), read again after every call: a buffer the graph itself updates (a step counter) changes
+    # inside the call, which is no change from outside; a call never moves a buffer's memory.
+    def seen(tensors) -> list:
+        return [(tensors[i]._version, tensors[i].data_ptr()) for i in state]
+
+    last = [seen(weights)]
     plain: list = []  # Inductor alone, once a state buffer changed
 
     def call_watching_state(*args):
         if plain:
             return plain[0](*args)
         if not stale[0] and ids(args) == expected:
-            if [args[i]._version for i in state] == versions[0] and [args[i].data_ptr() for i in state] == memory:
+            if seen(args) == last[0]:
                 if main.seen != _registrations[0]:
                     main.recheck(args)
                 out = main.compiled(*args)
-                versions[0] = [args[i]._version for i in state]
+                last[0] = seen(args)
                 return out
             with others.lock:
                 if not plain:
