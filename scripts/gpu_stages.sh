@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Device-call stages on the GPU machine (H100 or H200), onnxruntime-gpu in /tmp/site from .chunk1-4
+# (`../shared/tools/pack-wheel-chunks.sh onnxruntime-gpu==1.31.1`). Logs under $OUT/gpu.
+# Usage: scripts/gpu_stages.sh chunk K | check [budget_s] | lidar [budget_s] | conf [budget_min] GROUP...
+# (the per-session scripts gpu_session*.sh before this one are in git history; results files name them)
+source scripts/gpu_stage_env.sh
+gpu_stage_env gpu "${1:-}"
+case ${1:?stage} in
+  chunk)  # carry .chunkK, calls back to back (the machine keeps /tmp 30 s after a call); the fourth unpacks
+    k=${2:?K}; mkdir -p /tmp/whl
+    if [ "$k" = 1 ]; then cat .chunk1/part > /tmp/whl/site.tar.xz; else cat .chunk$k/part >> /tmp/whl/site.tar.xz; fi
+    if [ "$k" = 4 ]; then
+      mkdir -p /tmp/site && xz -dc /tmp/whl/site.tar.xz | tar xf - -C /tmp/site && echo unpacked
+      python3 -c "import onnxruntime as o; print(o.__version__, o.get_available_providers())"
+    fi
+    ;;
+  check)  # the GPU tests: packages verified in fresh processes (with and without engines), the whole runner,
+          # CUDA graphs, stream ordering, the CUDA lowerings and attention; a test past 120 s has its stacks
+          # written to $L/hang.log and its worker ended
+    nvidia-smi --query-gpu=name --format=csv,noheader
+    TEST_HANG_LOG=$L/hang.log TEST_HANG_EXIT_S=120 timeout ${2:-400} python3 -m pytest -v -p no:cacheprovider -n 8 \
+      --dist load -rfE --junitxml=$L/check.xml \
+      tests/test_deployed_cuda_graphs.py tests/test_whole_graph.py tests/test_cuda_graphs.py tests/test_cuda_ordering.py \
+      tests/test_lowerings.py tests/test_attention.py \
+      -k "deployed or fresh_process or cuda or whole or stream or bounded_dimension or shape_change" > $L/check.log 2>&1
+    echo "tests rc=$?"; grep -E "FAILED|ERROR|XPASS|passed|failed|Timeout" $L/check.log | tail -25
+    ;;
+  lidar)  # issue 10: where the LiDAR example's hybrid compile loses to Inductor's (scripts/lidar_gap_probe.py)
+    timeout ${2:-300} python3 scripts/lidar_gap_probe.py > $L/lidar_gap.log 2>&1
+    echo "probe rc=$?"; grep -vE "^\s+host self" $L/lidar_gap.log | grep -E "^(WALL|PROFILE|  |[a-z_]+:)" | head -70
+    ;;
+  conf)  # issue 7: conformance lanes, fp16 and fp32 per group (scripts/conf_lanes.sh)
+    source scripts/conf_lanes.sh
+    budget=${2:?budget_min}; shift 2
+    conf_lanes $L/conf "$budget" "$(nvidia-smi --query-gpu=name --format=csv,noheader); $(( $# * 2 )) lanes shared the GPU and 16 cores" "$@"
+    ;;
+esac
