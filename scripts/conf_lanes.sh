@@ -1,4 +1,4 @@
-# Sourced by the gpu_session*.sh stages: conformance lanes side by side on the H200, one per (dtype, model group).
+# Sourced by scripts/gpu_stages.sh (conf): conformance lanes side by side on the H200, one per (dtype, model group).
 # conf_lanes LOGDIR BUDGET_MIN NOTE GROUP...   (each GROUP: comma-separated models, run in float16 and in float32)
 # (each lane is killed after CONF_LANE_TIMEOUT_S seconds, 570 unless set)
 conf_lanes() {

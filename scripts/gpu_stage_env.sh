@@ -1,4 +1,4 @@
-# Sourced by the gpu_session*.sh stages: the environment of a stage on the H200 (onnxruntime-gpu in /tmp/site from
+# Sourced by scripts/gpu_stages.sh: the environment of a stage on the H200 (onnxruntime-gpu in /tmp/site from
 # .chunk1-4, caches under /tmp), its log directory L=$OUT/TAG, and a refusal to run any stage but chunk on a machine
 # without the CUDA provider (a released machine comes back without /tmp/site; a stage there would time the
 # CPU-only onnxruntime, as session 17's first cg call did).

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Device-call stages on the GPU machine (H100 or H200), onnxruntime-gpu in /tmp/site from .chunk1-4
 # (`../shared/tools/pack-wheel-chunks.sh onnxruntime-gpu==1.31.1`). Logs under $OUT/gpu.
-# Usage: scripts/gpu_stages.sh chunk K | check [budget_s] | lidar [budget_s] | conf [budget_min] GROUP...
-# (the per-session scripts gpu_session*.sh before this one are in git history; results files name them)
+# Usage: scripts/gpu_stages.sh chunk K | spconv K | check [budget_s] | lidar [budget_s] | conf [budget_min] GROUP...
+# It replaces one script per device session (scripts/gpu_sessionN.sh, named by the results files that ran them):
+# those are in git history, `git show d7e383b:scripts/gpu_session26.sh` for example.
 source scripts/gpu_stage_env.sh
-gpu_stage_env gpu "${1:-}"
+gpu_stage_env gpu "$(case "${1:-}" in chunk|spconv) echo chunk;; *) echo "${1:-}";; esac)"
 case ${1:?stage} in
   chunk)  # carry .chunkK, calls back to back (the machine keeps /tmp 30 s after a call); the fourth unpacks
     k=${2:?K}; mkdir -p /tmp/whl
@@ -13,6 +14,10 @@ case ${1:?stage} in
       mkdir -p /tmp/site && xz -dc /tmp/whl/site.tar.xz | tar xf - -C /tmp/site && echo unpacked
       python3 -c "import onnxruntime as o; print(o.__version__, o.get_available_providers())"
     fi
+    ;;
+  spconv)  # carry .spconvK (scripts/pack_spconv.sh), back to back; native spconv for the sparse comparison
+    k=${2:?K}; [ "$k" = 1 ] && cat .spconv1/part > /tmp/sp.tar.xz || cat .spconv$k/part >> /tmp/sp.tar.xz
+    mkdir -p /tmp/spsite && xz -dc /tmp/sp.tar.xz 2>/dev/null | tar xf - -C /tmp/spsite 2>/dev/null && echo "spconv unpacked"
     ;;
   check)  # the GPU tests: packages verified in fresh processes (with and without engines), the whole runner,
           # CUDA graphs, stream ordering, the CUDA lowerings and attention; a test past 120 s has its stacks
