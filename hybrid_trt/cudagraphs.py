@@ -118,7 +118,8 @@ class CapturePlan:
 
 def plan_capture(delegated, options) -> CapturePlan:
     """``delegated``: the partitions about to be stitched in (``runtime``, ``extracted``, ``report``)."""
-    plan = CapturePlan(enabled=bool(options.cuda_graphs), whole=options.cuda_graph_runner == "whole")
+    enabled = bool(options.cuda_graphs)
+    plan = CapturePlan(enabled=enabled, whole=enabled and options.cuda_graph_runner == "whole")
     if not plan.enabled:
         return plan
     # Said at every graph with a CUDA partition compiled with graphs on, until the H200 results in the README's

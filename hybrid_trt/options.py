@@ -47,13 +47,14 @@ class Options:
             value = getattr(self, f.name)
             if value is not f.default and not (type(value) is type(f.default) and value == f.default):
                 object.__setattr__(self, f.name, _convert(f.name, value))
-        if not self.cuda_graphs:  # the runner only says how graphs run: without them it changes nothing compiled
-            object.__setattr__(self, "cuda_graph_runner", "trees")
 
     def compiled_fields(self) -> dict:
         """The options that change what is compiled (the stitched graph or an engine); caching and printing
         settings do not."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in _NOT_COMPILED}
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in _NOT_COMPILED}
+        if not self.cuda_graphs:  # the runner says how graphs run: without them it changes nothing compiled (it is
+            del fields["cuda_graph_runner"]  # kept as given, for a mode= that turns graphs on later)
+        return fields
 
     @property
     def inductor_cuda_graphs(self) -> bool:

@@ -34,7 +34,15 @@ def test_runner_option_validated_and_read_from_environment():
     with pytest.raises(ValueError, match="cuda_graph_runner.*one of \\('trees', 'whole'\\)"):
         make_options({"cuda_graphs": True, "cuda_graph_runner": "flat"})
     # Without graphs the runner changes nothing compiled: one cache entry, whatever it says.
-    assert make_options({"cuda_graph_runner": "whole"}) == make_options({})
+    assert make_options({"cuda_graph_runner": "whole"}).compiled_fields() == make_options({}).compiled_fields()
+
+
+def test_runner_kept_for_a_mode_that_turns_graphs_on():
+    # An Options object keeps the runner it was given (it was reset to "trees" while graphs were off), so
+    # mode="reduce-overhead" applied after it gets the runner the user asked for, as a dict's does.
+    for given in (hybrid_trt.Options(cuda_graph_runner="whole"), {"cuda_graph_runner": "whole"}):
+        opts = make_options(cudagraphs.options_with_mode(given, "reduce-overhead"))
+        assert (opts.cuda_graphs, opts.cuda_graph_runner, opts.inductor_cuda_graphs) == (True, "whole", False)
 
 
 def test_whole_runner_turns_inductor_graphs_off():
