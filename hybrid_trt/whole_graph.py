@@ -31,7 +31,9 @@ import torch
 from .log import logger
 
 
-MAX_GRAPHS = 8  # captured input signatures per compiled graph; later ones run uncaptured (said once each)
+MAX_GRAPHS = 8  # captured input signatures per compiled graph; later ones run uncaptured (said once)
+_WARMED_LIMIT = 64  # signatures remembered as called once; forgotten together past this
+_BOUND = "bound"  # _why_not's answer once MAX_GRAPHS are held
 _CAPTURE_DEVICE = "cuda"  # (the CPU tests of the runner's bookkeeping replace the capture and this)
 
 
@@ -60,7 +62,8 @@ class WholeGraph:
         self._name = name
         self._on_fallback = on_fallback  # (why, others captured): a signature runs uncaptured (the report's record)
         self._graphs: dict = {}  # signature -> _Captured, or a str: why that signature runs uncaptured
-        self._warmed: set = set()
+        self._warmed: set = set()  # signatures called once (captured at their second call)
+        self._past_bound = False  # MAX_GRAPHS captured: a new signature runs uncaptured, recorded nowhere
         self._copied: Optional[list] = None  # positions of the tensors copied in (from the first call's arguments)
         self._scalars: list = []  # positions of non-tensor arguments (symbolic sizes): part of the signature
         # One call at a time touches the graphs' buffers (threads); the stream the last one queued its work on
@@ -106,7 +109,11 @@ class WholeGraph:
         if g is not None:  # captured, but a weight is another tensor now: capture again for the new storage
             logger.info("hybrid_trt: %s: a weight's storage changed since its CUDA graph was captured; capturing "
                         "again", self._name)
+        elif self._past_bound:  # no entry and no warning per new shape: sizes may differ at every call
+            return self._fn(*args)
         elif key not in self._warmed:
+            if len(self._warmed) >= _WARMED_LIMIT:  # shapes seen once each (a size that changes every call)
+                self._warmed.clear()
             self._warmed.add(key)  # first call of this signature: lazy set-up happens outside any capture
             return self._fn(*args)
         if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
@@ -117,10 +124,17 @@ class WholeGraph:
                 captured = _capture(self._fn, args, self._copied, self._checked)
             except Exception as e:  # noqa: BLE001 - a capture failure means: run it uncaptured, and say so
                 why = f"capture failed: {type(e).__name__}: {_first_line(str(e))}"
+        if why is _BOUND:
+            self._past_bound = True
+            why = f"{MAX_GRAPHS} input shapes captured already (the bound: each graph holds its own memory)"
+            logger.warning("hybrid_trt: %s runs without a CUDA graph for inputs %s and every later new input "
+                           "shape: %s", self._name, _shapes(key), why)
+            self._on_fallback(why, True)
+            return self._fn(*args)
         if why is not None:
             self._graphs[key] = why
-            logger.warning("hybrid_trt: %s runs without a CUDA graph for inputs %s: %s", self._name,
-                           [tuple(k) if isinstance(k, torch.Size) else k for k in key], why)
+            logger.warning("hybrid_trt: %s runs without a CUDA graph for inputs %s: %s", self._name, _shapes(key),
+                           why)
             self._on_fallback(why, any(g.__class__ is _Captured for g in self._graphs.values()))
             return self._fn(*args)
         self._graphs[key] = captured
@@ -137,7 +151,7 @@ class WholeGraph:
         if not replacing and held >= MAX_GRAPHS:
             # Each graph keeps its own memory pool (activations for its shape): shapes past the bound run
             # uncaptured rather than let memory grow with every new shape.
-            return f"{held} input shapes captured already (the bound: each graph holds its own memory)"
+            return _BOUND
         return None
 
 
@@ -151,6 +165,10 @@ class _Captured:
 
     def copy_out(self):
         return self.container(o.clone() if o.__class__ is torch.Tensor else o for o in self.outputs)
+
+
+def _shapes(key) -> list:
+    return [tuple(k) if isinstance(k, torch.Size) else k for k in key]
 
 
 def _capture(fn, args, copied: list, checked: list) -> _Captured:

@@ -415,6 +415,24 @@ def test_shapes_past_the_bound_run_uncaptured_and_say_so(stand_in_capture, monke
     assert len(said) == 1 and "2 input shapes captured already" in said[0][0] and said[0][1] is True
 
 
+def test_a_size_new_at_every_call_grows_nothing_and_warns_once(stand_in_capture, monkeypatch, caplog):
+    """A dynamic size (a point count) past the bound: no record, no warning per shape (they grew with every call);
+    shapes seen once each before the bound do not pile up either."""
+    from hybrid_trt import whole_graph
+    monkeypatch.setattr(whole_graph, "MAX_GRAPHS", 2)
+    runner = WholeGraph(lambda a: [a * 2], static=[], name="graph 8", on_fallback=lambda *a: None)
+    with caplog.at_level(logging.WARNING, logger="hybrid_trt"):
+        for n in range(1, 300):  # each size once: warmed, never captured
+            x = torch.arange(float(n))
+            assert torch.equal(runner(x)[0], x * 2)
+        for n in (1, 1, 2, 2, 3, 3, *range(400, 700)):  # two captured, then the bound
+            x = torch.arange(float(n))
+            assert torch.equal(runner(x)[0], x * 2)
+    assert len(stand_in_capture) == 2
+    assert len(runner._graphs) == 2 and len(runner._warmed) <= whole_graph._WARMED_LIMIT
+    assert len([r for r in caplog.records if "without a CUDA graph" in r.getMessage()]) == 1
+
+
 def test_two_threads_calling_one_runner_each_get_their_own_results(stand_in_capture):
     """A graph has one set of input and output buffers: calls from two threads are serialised, so neither copies
     its input over the other's while that one replays (the stand-in's replay sleeps, letting the other thread run
