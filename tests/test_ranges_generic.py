@@ -253,3 +253,21 @@ def test_export_package_one_engine_for_the_range(tmp_path):
             got, expected = loaded(x), model(x)
         for g, e in zip(got, expected, strict=True):
             torch.testing.assert_close(g, e, msg=lambda m: f"at {(b, h, w)}: {m}")
+
+
+def test_engine_for_a_range_remembers_a_bounded_number_of_shapes(tmp_path, monkeypatch):
+    """A size that changes at every call (a point count) under a declared range: the engine for the range serves
+    every shape, and its per-signature memo stops growing at the bound (it grew with every new shape)."""
+    from hybrid_trt.engines import runtime as runtime_module
+    monkeypatch.setattr(runtime_module, "_MEMO_LIMIT", 3, raising=False)
+    factory, dynamic = CASES[sorted(CASES)[0]]
+    torch.manual_seed(0)
+    model = factory().eval()
+    capture, stitched, (runtime,) = _export_middle(model, dynamic, tmp_path)
+    for h in range(4, 13):
+        x = torch.randn(1, 3, h, 16 - h)
+        with torch.no_grad():
+            for g, e in zip(_call(capture, stitched, x), model(x), strict=True):
+                torch.testing.assert_close(g, e)
+    assert len(runtime._engines) == 3
+    assert [r.signature for r in runtime.report.engines] == ["range [1..4]x3x[4..12]x[4..12]"]

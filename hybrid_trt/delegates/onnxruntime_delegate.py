@@ -41,6 +41,7 @@ def _ort():
 # instead: it must be configured before ONNX Runtime's process-wide environment exists (the user or another
 # library may have created it already), and its workers would still spin against Inductor's OpenMP threads.
 _NO_SPINNING = {"session.intra_op.allow_spinning": "0", "session.inter_op.allow_spinning": "0"}
+_SHAPES_LIMIT = 256  # input shapes whose output shapes a model for a range of shapes remembers (CUDA)
 
 
 def _session_options(threads: int):
@@ -203,6 +204,8 @@ class OnnxRuntimeEngine(Engine):
         for name, *_ in self._outputs:
             binding.bind_output(name, dev, dev_id)
         self._execute(binding, inputs)
+        if len(self._shapes_by_input) >= _SHAPES_LIMIT:  # a size new at every call: the oldest shape goes
+            del self._shapes_by_input[next(iter(self._shapes_by_input))]
         shapes = self._shapes_by_input[key] = [tuple(v.shape()) for v in binding.get_outputs()]
         return shapes
 

@@ -46,6 +46,7 @@ from .store import CorruptEntry, EngineStore, Entry, default_cache_dir
 
 RECIPE = "recipe.pt"
 _ENGINE_PREFIX = "engine."
+_MEMO_LIMIT = 256  # shape signatures remembered per partition for engines that serve ranges of shapes
 
 
 class DelegateBuildError(RuntimeError):
@@ -526,9 +527,13 @@ class PartitionRuntime:
         """First sight of a shape of a symbolic partition: load its engine from the store, or build it."""
         shapes = [tuple(t.shape) for t in inputs]
         dtypes = [t.dtype for t in inputs]
-        for plan, _key, engine in self.ranged:  # once per new signature; then the dict serves it
+        # An engine that serves a range of shapes is remembered for each signature it met, up to _MEMO_LIMIT of
+        # them: a size that changes at every call (a point count) must not grow the dict with every call.
+        memo = len(self._engines) < _MEMO_LIMIT
+        for plan, _key, engine in self.ranged:
             if plan.covers(shapes):
-                self._engines[signature] = lambda ins, _sizes, engine=engine: engine(ins)
+                if memo:
+                    self._engines[signature] = lambda ins, _sizes, engine=engine: engine(ins)
                 return engine(inputs)
         text = _signature(shapes, sizes)
         loaded = self._loaded_shapes.get(text)
