@@ -1,6 +1,7 @@
 """The onnxruntime delegate on its own: engines fed through IO binding (outputs are fresh torch tensors, inputs of
 any layout), thread count following torch or the option, CPU provider."""
 import json
+import threading
 
 import numpy as np
 
@@ -474,3 +475,69 @@ def test_range_engine_learns_output_shapes_once_per_input_shape_into_torch_outpu
         assert len(runs) == expected_runs, (n, runs)
         assert allocated and tuple(allocated[-1][0]) == (2 * n, 3)  # the output is torch's
     assert engine._shapes_by_input == {((2, 3),): [(4, 3)], ((5, 3),): [(10, 3)]}
+
+
+class _FakeTrtContext:
+    """An execution context that checks, at each execution, that the addresses bound are the calling thread's
+    (a pause between binding and executing lets another thread bind in between, were calls not serialised)."""
+
+    def __init__(self):
+        self.bound, self.bad = {}, []
+
+    def set_tensor_address(self, name, ptr):
+        import time
+        self.bound[name] = (threading.get_ident(), ptr)
+        time.sleep(0.0005)
+
+    def execute_async_v3(self, stream_handle):
+        if any(thread != threading.get_ident() for thread, _ptr in self.bound.values()):
+            self.bad.append(dict(self.bound))
+        return True
+
+
+class _FakeStream:
+    def __init__(self, handle):
+        self.cuda_stream, self.waited = handle, []
+
+    def wait_stream(self, other):
+        self.waited.append(other)
+
+
+def _fake_trt_engine(monkeypatch):
+    import types
+    from hybrid_trt.delegates import tensorrt_delegate
+    io = types.SimpleNamespace(INPUT="in", OUTPUT="out")
+    monkeypatch.setattr(tensorrt_delegate, "_trt", lambda: types.SimpleNamespace(TensorIOMode=io))
+    context = _FakeTrtContext()
+    engine = types.SimpleNamespace(
+        num_io_tensors=2, create_execution_context=lambda: context, get_tensor_name=["x", "y"].__getitem__,
+        get_tensor_mode=lambda n: "in" if n == "x" else "out", get_tensor_shape=lambda n: (4,))
+    return tensorrt_delegate.TensorRTEngine(engine, [torch.empty(4)], torch.device("cpu")), context
+
+
+def test_tensorrt_engine_serialises_calls_from_threads_and_orders_streams(monkeypatch):
+    """One execution context serves one execution at a time: two threads' bindings never mix, and a call on
+    another stream than the last call's waits for it. TensorRT itself cannot run here: the engine and its context
+    are stand-ins with TensorRT's calls, the code between them hybrid_trt's own."""
+    engine, context = _fake_trt_engine(monkeypatch)
+    streams = {"a": _FakeStream(1), "b": _FakeStream(2)}
+    current = threading.local()
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: streams[getattr(current, "s", "a")])
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+
+    def calls(n):
+        for _ in range(n):
+            (out,) = engine([torch.randn(4)])
+            assert out.shape == (4,)
+    threads = [threading.Thread(target=calls, args=(40,)) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert context.bad == []
+    assert streams["a"].waited == []  # one stream: nothing to wait for
+    current.s = "b"
+    engine([torch.randn(4)])
+    current.s = "a"
+    engine([torch.randn(4)])
+    assert streams["b"].waited == [streams["a"]] and streams["a"].waited == [streams["b"]]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import threading
 from typing import Any, Mapping, Optional
 
 import onnx
@@ -59,24 +60,47 @@ class TensorRTEngine(Engine):
         self._input_names = [n for n in names if engine.get_tensor_mode(n) == trt.TensorIOMode.INPUT]
         self._output_names = [n for n in names if engine.get_tensor_mode(n) == trt.TensorIOMode.OUTPUT]
         self._outputs = [(tuple(int(s) for s in m.shape), m.dtype) for m in output_metas]
-        self._ranged = any(d < 0 for n in self._input_names for d in engine.get_tensor_shape(n))
+        ranged = any(d < 0 for n in self._input_names for d in engine.get_tensor_shape(n))
+        self._bind = self._bind_ranged if ranged else self._bind_static
+        # One execution context: its bindings and its activation memory serve one execution at a time. Calls
+        # from several threads are serialised here, and a call on another stream than the last one's waits for
+        # that execution on the GPU.
+        self._lock = threading.Lock()
+        self._last_stream = None
 
     def __call__(self, inputs):
-        ctx = self._context
         keep = [t.contiguous() for t in inputs]
-        for name, t in zip(self._input_names, keep):
-            if self._ranged and not ctx.set_input_shape(name, tuple(t.shape)):
-                raise RuntimeError(f"TensorRT: input {name} shape {tuple(t.shape)} is outside the engine's profile")
+        stream = torch.cuda.current_stream(self._device)
+        with self._lock:
+            if self._last_stream is not None and self._last_stream != stream \
+                    and not torch.cuda.is_current_stream_capturing():  # a capture orders its own work
+                stream.wait_stream(self._last_stream)
+            self._last_stream = stream
+            outs = self._bind(keep)
+            if not self._context.execute_async_v3(stream.cuda_stream):
+                raise RuntimeError("TensorRT execute_async_v3 failed")
+        return outs
+
+    def _bind_static(self, inputs) -> list:
+        ctx = self._context
+        for name, t in zip(self._input_names, inputs):
             ctx.set_tensor_address(name, t.data_ptr())
-        if self._ranged:  # output sizes follow the input shapes just set
-            outs = [torch.empty(tuple(ctx.get_tensor_shape(name)), dtype=dtype, device=self._device)
-                    for name, (_shape, dtype) in zip(self._output_names, self._outputs)]
-        else:
-            outs = [torch.empty(shape, dtype=dtype, device=self._device) for shape, dtype in self._outputs]
+        outs = [torch.empty(shape, dtype=dtype, device=self._device) for shape, dtype in self._outputs]
         for name, out in zip(self._output_names, outs):
             ctx.set_tensor_address(name, out.data_ptr())
-        if not ctx.execute_async_v3(torch.cuda.current_stream(self._device).cuda_stream):
-            raise RuntimeError("TensorRT execute_async_v3 failed")
+        return outs
+
+    def _bind_ranged(self, inputs) -> list:
+        ctx = self._context
+        for name, t in zip(self._input_names, inputs):
+            if not ctx.set_input_shape(name, tuple(t.shape)):
+                raise RuntimeError(f"TensorRT: input {name} shape {tuple(t.shape)} is outside the engine's profile")
+            ctx.set_tensor_address(name, t.data_ptr())
+        # Output sizes follow the input shapes just set.
+        outs = [torch.empty(tuple(ctx.get_tensor_shape(name)), dtype=dtype, device=self._device)
+                for name, (_shape, dtype) in zip(self._output_names, self._outputs)]
+        for name, out in zip(self._output_names, outs):
+            ctx.set_tensor_address(name, out.data_ptr())
         return outs
 
 
