@@ -41,7 +41,7 @@ import torch.fx as fx
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from .engines import op as _delegate_op
-from .log import logger
+from .log import error_text, first_line, logger
 from .report import CudaGraphRecord
 
 # torch.compile modes: what each means for hybrid_trt. "default" never reaches the backend (torch drops it).
@@ -122,13 +122,6 @@ def plan_capture(delegated, options) -> CapturePlan:
     plan = CapturePlan(enabled=enabled, whole=enabled and options.cuda_graph_runner == "whole")
     if not plan.enabled:
         return plan
-    # Said at every graph with a CUDA partition compiled with graphs on, until the H200 results in the README's
-    # "CUDA graphs" section are clean: there, a process still aborted at teardown after a detector ran with its
-    # ONNX Runtime partition kept outside the graphs, between captured segments. (A CPU graph captures nothing.)
-    if any(d.runtime.device.type == "cuda" for d in delegated):
-        logger.warning("hybrid_trt: CUDA graphs are experimental in this version (a process was seen to abort at "
-                       "exit after an ONNX Runtime partition ran between captured segments); see the README's "
-                       "'CUDA graphs' section before relying on mode='reduce-overhead' / cuda_graphs=True")
     reasons = capture_verdicts(delegated)
     for d in delegated:
         rt = d.runtime
@@ -166,8 +159,9 @@ def package_reasons(delegated, stitched: fx.GraphModule, device: torch.device) -
     try:
         partitions = capture_verdicts(delegated)
     except Exception as e:  # noqa: BLE001 - the check failing never fails the export: the package runs uncaptured
-        logger.warning("hybrid_trt: could not check whether the package can be captured in CUDA graphs: %s", _text(e))
-        return [f"the capture check failed at export: {_text(e)}"]
+        logger.warning("hybrid_trt: could not check whether the package can be captured in CUDA graphs: %s",
+                       error_text(e))
+        return [f"the capture check failed at export: {error_text(e)}"]
     reasons = [f"{d.runtime.name}: {partitions[d.runtime.key]}" for d in delegated if d.runtime.key in partitions]
     return _dedupe(reasons + list(blockers(stitched, CapturePlan(enabled=True, whole=True))))
 
@@ -242,7 +236,7 @@ def _capture_check(runtime, inputs, sizes):
         runtime.run(inputs, sizes)
         torch.cuda.synchronize(runtime.device)
     except Exception as e:  # noqa: BLE001 - the runtime's own fallback rules apply at the real call
-        return f"warm-up run failed: {_text(e)}"
+        return f"warm-up run failed: {error_text(e)}"
     if runtime.report.status != "delegated" or any("fell back" in e for e in runtime.report.events):
         return "the partition fell back to Inductor (a separately compiled function)"
     static = [t.clone() for t in inputs]
@@ -251,7 +245,7 @@ def _capture_check(runtime, inputs, sizes):
         with torch.cuda.graph(graph, capture_error_mode="thread_local"):
             captured = runtime.run(static, sizes)
     except Exception as e:  # noqa: BLE001 - a capture failure only means: run it between the captured parts
-        return f"capture of its engine failed: {_text(e)}"
+        return f"capture of its engine failed: {error_text(e)}"
     reason = _unreplayable(graph)
     if reason is not None:
         return reason  # never replayed: a host node's callback must not run
@@ -288,7 +282,7 @@ def _unreplayable(graph) -> Optional[str]:
     try:
         types = graph_node_types(graph.raw_cuda_graph())
     except Exception as e:  # noqa: BLE001 - an uninspectable capture is not trusted
-        return f"its captured run could not be inspected for host-function nodes ({_text(e)})"
+        return f"its captured run could not be inspected for host-function nodes ({error_text(e)})"
     if types.get(_HOST_NODE):
         return (f"its captured run contains {types[_HOST_NODE]} host-function node(s) (a CPU callback, e.g. "
                 "onnxruntime releasing pinned staging buffers), which every replay would run again")
@@ -501,13 +495,7 @@ def _dedupe(items: list) -> list:
 def _skip_reason(why: str) -> str:
     """Inductor's reason for skipping graphs, on one line. Its 'multiple devices: ' lists the devices of its own
     kernels, none in a graph whose every op is delegated: said so instead of ending at the colon."""
-    line = _first_line(why).rstrip()
+    line = first_line(why).rstrip()
     return f"{line[:-1].rstrip()} (none of its kernels named one)" if line.endswith(":") else line
 
 
-def _first_line(text: str) -> str:
-    return text.strip().splitlines()[0] if text.strip() else text
-
-
-def _text(e: BaseException) -> str:
-    return f"{type(e).__name__}: {_first_line(str(e))}"[:300]

@@ -40,3 +40,13 @@ def ignore_torch_future_noise() -> None:
     would not be thread-safe, and would drop filters other threads add meanwhile)."""
     for message in _TORCH_FUTURE_NOISE:
         warnings.filterwarnings("ignore", message=message, category=FutureWarning)
+
+
+def first_line(text: str) -> str:
+    """The first non-blank line of a message, at most 300 characters (a report or log line names the error)."""
+    return text.strip().splitlines()[0][:300] if text.strip() else text
+
+
+def error_text(e: BaseException) -> str:
+    """``Type: first line of the message``, at most 300 characters."""
+    return f"{type(e).__name__}: {first_line(str(e))}"[:300]

@@ -10,6 +10,8 @@ import dataclasses
 import os
 from typing import Any, Mapping, Optional
 
+from .engines.store import DEFAULT_MAX_BYTES
+
 ENV_PREFIX = "HYBRID_TRT_"
 # Variables of plugins, read by the plugins themselves (e.g. HYBRID_TRT_SPARSE_AUTOTUNE); not backend options.
 PLUGIN_ENV_PREFIXES = ("HYBRID_TRT_SPARSE_",)
@@ -35,7 +37,7 @@ class Options:
     tensorrt_workspace_bytes: int = 1 << 30
     cache: bool = True  # engine store on disk, and Inductor's FX-graph and AOTAutograd caches
     cache_dir: Optional[str] = None  # None = $XDG_CACHE_HOME/hybrid_trt, else ~/.cache/hybrid_trt
-    cache_max_bytes: int = 10 << 30  # least recently used entries are evicted beyond this (store.DEFAULT_MAX_BYTES)
+    cache_max_bytes: int = DEFAULT_MAX_BYTES  # least recently used entries are evicted beyond this
     cuda_graphs: bool = False  # the stitched callable in CUDA graphs (hybrid_trt/cudagraphs.py)
     cuda_graph_runner: str = "trees"  # "trees": Inductor's, in segments; "whole": one graph per call (whole_graph.py)
     placement: str = "auto"  # "measured": a partition stays delegated only where that is faster (placement.py)

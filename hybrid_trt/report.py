@@ -69,7 +69,10 @@ class InductorOp:
 @dataclasses.dataclass
 class CudaGraphRecord:
     """What CUDA-graph capture (``cuda_graphs=True`` / ``mode="reduce-overhead"``) covers in one graph."""
-    status: str  # "captured whole" | "captured in N segments" | "captured in 1 segment" | "not captured"
+    # "captured whole" (hybrid_trt's whole runner says so in brackets) | "captured whole for some input shapes" |
+    # "captured in N segments" | "captured in 1 segment" | "not captured" | "unknown (...)" (Inductor's cache
+    # served the compiled graph)
+    status: str
     segments: int  # captured segments (Inductor graph partitions), 0 when not captured
     reasons: list = dataclasses.field(default_factory=list)  # why not whole: ours and Inductor's
 
@@ -86,7 +89,7 @@ class CompileReport:
     whole_graph_reason: Optional[str] = None  # set when the graph went to Inductor alone
     partitions: list = dataclasses.field(default_factory=list)
     inductor_ops: list = dataclasses.field(default_factory=list)
-    inductor_status: str = "compiled"  # compiled | ran as FX graph (Inductor failed)
+    inductor_status: str = "compiled"  # compiled | compiled without delegates (...) | ran as FX graph (Inductor failed)
     # A warm start: the stored graph manifest served this compile, so nothing was partitioned, lowered or
     # compiled; partitions and reasons come from the manifest, engines from the engine store.
     from_graph_manifest: bool = False

@@ -28,7 +28,7 @@ from typing import Callable, Optional, Sequence
 
 import torch
 
-from .log import logger
+from .log import error_text, logger
 
 
 MAX_GRAPHS = 8  # captured input signatures per compiled graph; later ones run uncaptured (said once)
@@ -123,7 +123,7 @@ class WholeGraph:
             try:
                 captured = _capture(self._fn, args, self._copied, self._checked)
             except Exception as e:  # noqa: BLE001 - a capture failure means: run it uncaptured, and say so
-                why = f"capture failed: {type(e).__name__}: {_first_line(str(e))}"
+                why = f"capture failed: {error_text(e)}"
         if why is _BOUND:
             self._past_bound = True
             why = f"{MAX_GRAPHS} input shapes captured already (the bound: each graph holds its own memory)"
@@ -216,6 +216,3 @@ def _release_generator(device: torch.device) -> None:
     except Exception as e:  # noqa: BLE001 - an older torch without these: nothing more can be done here
         logger.debug("hybrid_trt: the CUDA generator's state was not renewed after a failed capture: %s", e)
 
-
-def _first_line(text: str) -> str:
-    return text.strip().splitlines()[0][:300] if text.strip() else text

@@ -10,7 +10,7 @@ A key covers
   the device it builds for (GPU compute capability and name, or the CPU's instruction set, which ONNX Runtime's
   optimized CPU models depend on).
 
-Additions to the agreed API (engines_api.md): ``environment`` also returns ``gpu`` (device name) for CUDA and
+``environment`` also returns ``gpu`` (device name) for CUDA and
 ``cpu`` (architecture and ISA flags) for every device; an input spec may also be given as a tensor.
 The device *index* is not part of the key: an engine built on one GPU loads on any GPU of the same
 architecture and name, which is what lets eight workers on one box share one build.

@@ -26,8 +26,7 @@ Robustness:
 Each kind of problem is logged once per store as a warning, later ones at debug level; the torch.compile path
 shares one store per cache directory in a process (engines/runtime.py: engine_store), so that is once per process.
 
-Additions to the agreed API (engines_api.md): ``get_or_build`` also takes ``expect_environment``; keys must
-be file-name safe (``[A-Za-z0-9][A-Za-z0-9_.-]*``).
+``get_or_build`` also takes ``expect_environment``; keys must be file-name safe (``[A-Za-z0-9][A-Za-z0-9_.-]*``).
 """
 from __future__ import annotations
 

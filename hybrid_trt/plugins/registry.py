@@ -47,10 +47,6 @@ def register_plugin(plugin: Plugin) -> Plugin:
     return plugin
 
 
-def plugins() -> tuple[Plugin, ...]:
-    return tuple(_PLUGINS.values())
-
-
 def active() -> frozenset[str]:
     return frozenset(_ACTIVE)
 

@@ -18,7 +18,7 @@ from typing import Callable, Sequence
 
 import torch.fx as fx
 
-from ..log import logger
+from ..log import error_text, logger
 
 Stitch = Callable[[Sequence], fx.GraphModule]  # delegated partitions -> graph for Inductor
 
@@ -35,7 +35,7 @@ def compile_stitched(parts: Sequence, *, stitch: Stitch, compile: Callable, as_f
         if strict:
             raise
         for part in parts:
-            route_back(part, f"the graph could not be prepared for Inductor: {_text(e)}", False)
+            route_back(part, f"the graph could not be prepared for Inductor: {error_text(e)}", False)
         return _as_fx(original, [], as_fx, e, report)
     try:
         return compile(graph), kept
@@ -45,14 +45,14 @@ def compile_stitched(parts: Sequence, *, stitch: Stitch, compile: Callable, as_f
         if not kept:
             return _as_fx(graph, kept, as_fx, e, report)
         logger.warning("hybrid_trt: Inductor failed on graph %d with %d delegated partition(s); compiling it "
-                       "again with them routed back to Inductor: %s", report.graph_index, len(kept), _text(e))
+                       "again with them routed back to Inductor: %s", report.graph_index, len(kept), error_text(e))
         inductor_error = e
     try:
         plain = compile(stitch([]))
     except Exception as e:  # noqa: BLE001
         return _as_fx(graph, kept, as_fx, e, report)
     for part in kept:
-        route_back(part, f"Inductor failed on the stitched graph: {_text(inductor_error)}", False)
+        route_back(part, f"Inductor failed on the stitched graph: {error_text(inductor_error)}", False)
     report.inductor_status = "compiled without delegates (Inductor failed on the stitched graph)"
     return plain, []
 
@@ -64,26 +64,22 @@ def _stitch_what_works(parts: list, stitch: Stitch, route_back, strict: bool, re
         if strict or not parts:
             raise
         logger.warning("hybrid_trt: stitching graph %d with %d delegated partition(s) failed; retrying them one "
-                       "at a time: %s", report.graph_index, len(parts), _text(e))
+                       "at a time: %s", report.graph_index, len(parts), error_text(e))
     kept: list = []
     graph = None
     for part in parts:
         try:
             graph = stitch(kept + [part])
         except Exception as e:  # noqa: BLE001
-            route_back(part, f"stitching failed: {_text(e)}", True)
+            route_back(part, f"stitching failed: {error_text(e)}", True)
             continue
         kept.append(part)
     return (graph if kept else stitch([])), kept
 
 
 def _as_fx(graph: fx.GraphModule, kept: list, as_fx: Callable, error: Exception, report):
-    report.inductor_status = f"ran as FX graph (Inductor failed: {_text(error)})"
+    report.inductor_status = f"ran as FX graph (Inductor failed: {error_text(error)})"
     logger.warning("hybrid_trt: Inductor failed on graph %d, running it as an FX graph: %s", report.graph_index,
-                   _text(error))
+                   error_text(error))
     return as_fx(graph), kept
 
-
-def _text(e: BaseException) -> str:
-    first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-    return f"{type(e).__name__}: {first}"[:300]
