@@ -1038,3 +1038,14 @@ def test_a_structseq_output_comes_back_with_its_fields(tmp_path):
     assert type(got).__name__ == "topk" and got._fields == ("values", "indices")
     torch.testing.assert_close(got.values, want.values, rtol=1e-4, atol=1e-5)
     assert torch.equal(got.indices, want.indices)
+
+
+def test_an_infinity_in_an_output_leaves_the_check_of_its_finite_values_as_strict():
+    """The tolerance scales with the output's magnitude, its finite values': an inf made it infinite, and every
+    finite value of that output then matched whatever it was."""
+    from hybrid_trt.export.reference_check import OutputCheck, compare_outputs
+    expected = [torch.tensor([float("inf"), 1.0, 2.0, 3.0])]
+    assert compare_outputs([torch.tensor([float("inf"), 1.0, 2.0, 3.0])], expected, rtol=1e-3, atol=1e-4) is None
+    problem = OutputCheck(1e-3, 1e-4).problem([torch.tensor([float("inf"), 1000.0, -7.0, 12345.0])], expected)
+    assert problem is not None and "3/4" in problem, problem
+    assert OutputCheck().problem([torch.tensor([float("-inf"), 1.0, 2.0, 3.0])], expected) is not None
