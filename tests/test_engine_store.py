@@ -468,3 +468,12 @@ def test_bad_keys_and_file_names_are_refused(tmp_path):
     for name in ("meta.json", "last_used", "../x", "sub/file"):
         with pytest.raises(ValueError):
             store.put(_key("a"), {name: b""}, {})
+
+
+def test_an_engine_larger_than_the_cache_is_not_stored_and_the_warning_gives_both_sizes(tmp_path, caplog):
+    store = EngineStore(tmp_path, max_bytes=4096)
+    with caplog.at_level(logging.WARNING, logger="hybrid_trt"):
+        assert store.put(_key("big"), {"engine": b"x" * 10_000}, {"kind": "test"}) is None
+    assert store.get(_key("big")) is None
+    (record,) = [r for r in caplog.records if "more than the engine cache" in r.getMessage()]
+    assert "9.77 KiB" in record.getMessage() and "(4.00 KiB," in record.getMessage(), record.getMessage()

@@ -176,8 +176,8 @@ class EngineStore:
             return None
         size = sum(len(d) for d in files.values())
         if size > self.max_bytes:  # stored, it would be evicted at the next write: nothing gained, disk churned
-            self._warn("too large", f"hybrid_trt: an engine of {size / 2**30:.2f} GiB is more than the engine cache "
-                       f"may hold ({self.max_bytes / 2**30:.2f} GiB, option cache_max_bytes); it is not cached, so "
+            self._warn("too large", f"hybrid_trt: an engine of {_bytes_text(size)} is more than the engine cache "
+                       f"may hold ({_bytes_text(self.max_bytes)}, option cache_max_bytes); it is not cached, so "
                        "every process builds it again. Raise cache_max_bytes (HYBRID_TRT_CACHE_MAX_BYTES) above it.")
             return None
         final = self._entry_dir(key)
@@ -505,3 +505,11 @@ def _remove(path: pathlib.Path) -> None:
         shutil.rmtree(trash, ignore_errors=True)
     else:
         trash.unlink(missing_ok=True)
+
+
+def _bytes_text(n: int) -> str:
+    """``n`` bytes in the largest unit that keeps it at least 1 (B, KiB, MiB, GiB), two decimals past bytes."""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift:
+            return f"{n / (1 << shift):.2f} {unit}"
+    return f"{n} B"
