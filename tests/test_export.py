@@ -382,7 +382,8 @@ class _WithNumber(torch.nn.Module):
 
 
 @pytest.mark.parametrize("case", ["unbounded dim", "listed dtype", "None output", "float output", "size output",
-                                  "unusable delegate", "precision without its delegate", "negative size"])
+                                  "unusable delegate", "precision without its delegate", "negative size",
+                                  "not a shape", "a function"])
 def test_export_refuses_what_a_package_cannot_hold_with_a_clear_error(tmp_path, case, caplog):
     """Each failed deep inside torch or sympy ('Infinity' object has no attribute '_mpf_', mat1 and mat2 must
     have the same dtype, Could not infer dtype of NoneType); now an ExportError saying what to change."""
@@ -401,6 +402,10 @@ def test_export_refuses_what_a_package_cannot_hold_with_a_clear_error(tmp_path, 
         model, match = _WithNumber("size").eval(), r"output 1: int 2"
     elif case == "negative size":  # torch's "Trying to create tensor with negative dimension -1"
         kwargs, match = {"shapes": [{"input": (-1, 4)}]}, r"shape \[-1, 4\] for input 'input' has a negative size"
+    elif case == "not a shape":  # a bare ValueError from int() ("invalid literal")
+        kwargs, match = {"shapes": [{"input": "2 by 4"}]}, r"'2 by 4' for input 'input' is not a shape"
+    elif case == "a function":  # a bare AttributeError ('function' object has no attribute 'forward')
+        model, match = (lambda t: t.relu()), r"takes a torch.nn.Module .* not function"
     elif case == "unusable delegate":  # torch.compile leaves it out with a warning; a package is built for its target
         kwargs, match = {"delegates": ["tensorrt"]}, "delegate .tensorrt. is not usable here"
     else:  # no TensorRT here: torch.compile runs Inductor alone with a warning; export refuses
@@ -1038,6 +1043,15 @@ def test_a_structseq_output_comes_back_with_its_fields(tmp_path):
     assert type(got).__name__ == "topk" and got._fields == ("values", "indices")
     torch.testing.assert_close(got.values, want.values, rtol=1e-4, atol=1e-5)
     assert torch.equal(got.indices, want.indices)
+
+
+def test_a_listed_shape_may_be_written_as_the_command_line_writes_it(tmp_path):
+    model, x = _mlp(), torch.randn(2, 4)
+    loaded = hybrid_trt.load(hybrid_trt.export(model, (x,), path=tmp_path / "p.pkg", shapes=[{"input": "3x4"}],
+                                               options={"min_block_size": 1, "num_threads": 1}))
+    x3 = torch.randn(3, 4)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(x3), model(x3), rtol=1e-4, atol=1e-5)
 
 
 def test_an_infinity_in_an_output_leaves_the_check_of_its_finite_values_as_strict():

@@ -144,6 +144,9 @@ def export(model: torch.nn.Module, example_inputs, *, dynamic_shapes=None, shape
                        check.compare_name)
     if isinstance(model, torch.export.ExportedProgram):  # what the user exported already: its module
         model = model.module()
+    if not isinstance(model, torch.nn.Module):
+        raise ExportError(f"hybrid_trt.export takes a torch.nn.Module (or a torch.export.ExportedProgram), not "
+                          f"{type(model).__name__} {model!r}; wrap a function in a module whose forward calls it")
     try:
         args, leaves, names, in_spec = example_tensors(model, example_inputs)
     except ValueError as e:
@@ -708,7 +711,7 @@ def _cases(args: tuple, names: list[str], shapes) -> list[tuple]:
         gen = torch.Generator().manual_seed(len(cases))
         case = []
         for name, example in zip(names, args):
-            shape = tuple(int(s) for s in entry.get(name, example.shape))
+            shape = _sizes(entry.get(name, example.shape), name)
             if len(shape) != example.dim():
                 raise ExportError(f"shape {list(shape)} for input {name!r} has {len(shape)} dimensions; the example "
                                   f"has {example.dim()} ({list(example.shape)})")
@@ -718,6 +721,15 @@ def _cases(args: tuple, names: list[str], shapes) -> list[tuple]:
             case.append(example if shape == tuple(example.shape) else _random_like(example, shape, gen))
         cases.append(tuple(case))
     return cases
+
+
+def _sizes(shape, name: str) -> tuple:
+    """A listed shape: a sequence of ints, or the command line's spelling "2x3x224x224"."""
+    try:
+        return tuple(int(d) for d in (shape.lower().split("x") if isinstance(shape, str) else shape))
+    except (TypeError, ValueError):
+        raise ExportError(f"shapes: {shape!r} for input {name!r} is not a shape; give its sizes as a tuple of ints "
+                          "(or a string such as '2x3x224x224')") from None
 
 
 def _random_like(example: torch.Tensor, shape, gen) -> torch.Tensor:
