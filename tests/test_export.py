@@ -1063,3 +1063,25 @@ def test_an_infinity_in_an_output_leaves_the_check_of_its_finite_values_as_stric
     problem = OutputCheck(1e-3, 1e-4).problem([torch.tensor([float("inf"), 1000.0, -7.0, 12345.0])], expected)
     assert problem is not None and "3/4" in problem, problem
     assert OutputCheck().problem([torch.tensor([float("-inf"), 1.0, 2.0, 3.0])], expected) is not None
+
+
+def test_load_warns_once_when_the_manifest_names_other_versions(tmp_path, caplog):
+    """verify fails on it (exit 6); load said nothing while the engines' own entries still loaded (a package whose
+    AOTInductor code came from another torch, say)."""
+    import json
+    from hybrid_trt.export import package as pkg
+    model, x = _mlp(), torch.randn(2, 4)
+    path = hybrid_trt.export(model, (x,), path=tmp_path / "p.pkg", options={"min_block_size": 1, "num_threads": 1})
+    with caplog.at_level("WARNING", logger="hybrid_trt"):
+        hybrid_trt.load(path)
+    assert "other versions" not in caplog.text, caplog.text
+    manifest = json.loads((path / pkg.MANIFEST).read_text())
+    manifest["versions"]["torch"] = "2.0.0"
+    pkg.write_manifest(path, manifest)  # re-signed: only the versions differ
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="hybrid_trt"):
+        loaded = hybrid_trt.load(path)
+    (warning,) = [r for r in caplog.records if "other versions" in r.getMessage()]
+    assert "torch: package '2.0.0', this machine" in warning.getMessage()
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(x), model(x), rtol=1e-4, atol=1e-5)

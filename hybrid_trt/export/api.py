@@ -995,6 +995,21 @@ def _deploy_error(e: RuntimeError):
     return None
 
 
+def _warn_on_other_versions(package, device) -> None:
+    """One warning when the manifest says the package was exported under other versions or another GPU
+    architecture: an engine that does not load here fails the load below, but the AOTInductor code (and a
+    package with no engine) would load and run without a word, which ``hybrid-trt verify`` refuses."""
+    try:
+        diffs = pkg.version_differences(package.manifest, device)
+    except Exception as e:  # noqa: BLE001 - this machine's versions unreadable: the checks below still run
+        logger.debug("hybrid_trt: versions of %s not compared: %s", package.source, e)
+        return
+    if diffs:
+        logger.warning("hybrid_trt package %s was exported under other versions than this machine's (%s); it may "
+                       "not run as verified. Export it again here, or install those versions "
+                       "(`hybrid-trt verify` fails on this)", package.source, "; ".join(diffs))
+
+
 def load(path, *, device=None, cuda_graphs: Optional[bool] = None) -> DeployedModel:
     """Open a package and return a callable that runs the model. Nothing is traced, lowered or built: every
     file is checked against the manifest's checksums, engines are loaded from the package (the runtime in
@@ -1014,6 +1029,7 @@ def load(path, *, device=None, cuda_graphs: Optional[bool] = None) -> DeployedMo
     manifest = package.manifest
     device = _load_device(manifest, device)
     cuda_graphs = _replays(manifest, device, cuda_graphs, package.source)
+    _warn_on_other_versions(package, device)
     store = EngineStore(package.engine_root, _NO_EVICTION, read_only=True)
     policy = Policy(strict=True, max_engines=0, deploy=True)
     for name in manifest.get("plugins", []):  # before the engines: a TensorRT engine may hold its plugin nodes

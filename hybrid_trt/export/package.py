@@ -460,6 +460,13 @@ def missing_ops_text(absent: list[dict]) -> str:
     return f"its compiled graph calls custom ops this process has not registered: {ops}. {how}"
 
 
+def version_differences(manifest: dict, device) -> list[str]:
+    """The manifest's recorded versions and GPU architecture against this machine's (``field: package ..., this
+    machine ...``)."""
+    diffs = _differences("", manifest.get("versions", {}), current_versions(manifest["environment"], device))
+    return diffs + _differences("", {"gpu_arch": manifest.get("gpu_arch")}, {"gpu_arch": current_arch(device)})
+
+
 def check_environment(package: Package) -> Check:
     from ..engines.key import environment
     from .custom_ops import missing
@@ -469,8 +476,7 @@ def check_environment(package: Package) -> Check:
         return Check("environment", False, missing_ops_text(absent))
     try:
         device = m.get("device", "cpu")
-        diffs = _differences("", m.get("versions", {}), current_versions(m["environment"], device))
-        diffs += _differences("", {"gpu_arch": m.get("gpu_arch")}, {"gpu_arch": current_arch(device)})
+        diffs = version_differences(m, device)
         diffs += [d for d in environment_differences(m, environment) if d not in diffs]
     except Exception as e:  # noqa: BLE001 - e.g. a CUDA package on a machine without a GPU
         return Check("environment", False, f"cannot determine this machine's environment for "
