@@ -1085,3 +1085,31 @@ def test_load_warns_once_when_the_manifest_names_other_versions(tmp_path, caplog
     assert "torch: package '2.0.0', this machine" in warning.getMessage()
     with torch.no_grad():
         torch.testing.assert_close(loaded(x), model(x), rtol=1e-4, atol=1e-5)
+
+
+class _AdaptivePool(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv, self.head = torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.Conv2d(4, 4, 1)
+
+    def forward(self, x):
+        return self.head(torch.nn.functional.adaptive_avg_pool2d(self.conv(x).relu(), (3, 3)))
+
+
+def test_an_adaptive_pool_keeps_a_listed_dimension_dynamic_and_its_range_checked(tmp_path):
+    """The pool's capability check read the symbolic size with int(), which made it the constant 16: the manifest
+    lost the dimension's range, and a call outside it reached AOTInductor's code instead of load's size check."""
+    torch.manual_seed(0)
+    model = _AdaptivePool().eval()
+    path = hybrid_trt.export(model, (torch.randn(1, 3, 8, 8),), path=tmp_path / "p.pkg",
+                             shapes=[{"x": (1, 3, 8, 8)}, {"x": (1, 3, 16, 8)}], options={"num_threads": 1})
+    loaded = hybrid_trt.load(path)
+    dim = loaded.manifest["inputs"][0]["dims"][2]
+    assert isinstance(dim, dict) and (dim.get("min"), dim.get("max")) == (8, 16), dim
+    for h in (8, 16):
+        x = torch.randn(1, 3, h, 8)
+        with torch.no_grad():
+            torch.testing.assert_close(loaded(x), model(x), rtol=1e-4, atol=1e-5)
+    from hybrid_trt.engines.runtime import EngineNotInPackage
+    with pytest.raises(EngineNotInPackage, match=r"outside the exported range \[8\.\.16\]"):
+        loaded(torch.randn(1, 3, 40, 8))

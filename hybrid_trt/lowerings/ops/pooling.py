@@ -192,8 +192,15 @@ def _check_adaptive(node):
     x = node.args[0].meta.get("val")
     if _rank_check(node):
         return _rank_check(node)
-    size, out = [int(d) for d in x.shape[2:]], [int(o) for o in node.args[1]]
-    if any(s % o for s, o in zip(size, out)) and sum(out) > _MAX_WINDOWS and any(o != 1 for o in out):
+    out = [int(o) for o in node.args[1]]
+    if sum(out) <= _MAX_WINDOWS or all(o == 1 for o in out):
+        return None
+    # Sizes read as plain ints only: int() of a symbolic size would specialise it (a dynamic dimension of an
+    # export became a constant there, and its range check was lost).
+    size = x.shape[2:]
+    if not all(isinstance(d, int) for d in size):
+        return f"a dynamic input size, and over {_MAX_WINDOWS} output rows and columns (windows unknown until run)"
+    if any(s % o for s, o in zip(size, out)):
         return f"output size does not divide the input size, and over {_MAX_WINDOWS} output rows and columns"
     return None
 
