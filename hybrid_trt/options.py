@@ -128,6 +128,8 @@ def _bad(key: str, value: Any) -> ValueError:
 def _as_bool(key, v):
     if isinstance(v, bool):
         return v
+    if isinstance(v, int) and v in (0, 1):  # strict=1, as the environment's "1"
+        return bool(v)
     if isinstance(v, str) and v.lower() in ("1", "true", "yes", "on", "0", "false", "no", "off"):
         return v.lower() in ("1", "true", "yes", "on")
     raise _bad(key, v)
@@ -226,8 +228,10 @@ def _convert(key: str, value: Any) -> Any:
             if n not in delegate_names():
                 raise ValueError(f"hybrid_trt option 'delegates': unknown delegate {n!r}; valid: "
                                  f"{list(delegate_names())}")
-        if len(set(names)) != len(names):
-            raise _bad(key, value)
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"hybrid_trt option 'delegates' names {twice} more than once; give each delegate once, "
+                             "in priority order")
         return names
     if key in ("min_block_size", "max_engines_per_partition", "tensorrt_workspace_bytes", "cache_max_bytes"):
         return _as_int(key, value)

@@ -1113,3 +1113,13 @@ def test_an_adaptive_pool_keeps_a_listed_dimension_dynamic_and_its_range_checked
     from hybrid_trt.engines.runtime import EngineNotInPackage
     with pytest.raises(EngineNotInPackage, match=r"outside the exported range \[8\.\.16\]"):
         loaded(torch.randn(1, 3, 40, 8))
+
+
+@pytest.mark.parametrize("kwargs,match", [({"cuda_graphs": "yes"}, "cuda_graphs is True, False or None"),
+                                          ({"device": "cpu:1"}, "no CPU device cpu:1")])
+def test_load_refuses_arguments_that_are_not_ones(tmp_path, kwargs, match):
+    """Both were accepted silently ('yes' read as true; cpu:1 as the CPU)."""
+    path = hybrid_trt.export(_mlp(), (torch.randn(2, 4),), path=tmp_path / "p.pkg",
+                             options={"min_block_size": 1, "num_threads": 1})
+    with pytest.raises(ValueError, match=match):
+        hybrid_trt.load(path, **kwargs)

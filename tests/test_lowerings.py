@@ -1724,3 +1724,35 @@ def test_float_topk_keys_keep_float32():
         return [a.i for n in model.graph.node if n.op_type == "Cast" for a in n.attribute if a.name == "to"]
 
     assert key_casts(torch.float32) == [] and key_casts(torch.float16) == [onnx.TensorProto.FLOAT]
+
+
+class _NegativeIndexReads(torch.nn.Module):
+    def __init__(self, op):
+        super().__init__()
+        self.op, self.table = op, torch.nn.Parameter(torch.randn(10, 4))
+
+    def forward(self, ids):
+        if self.op == "embedding":
+            read = torch.nn.functional.embedding(ids, self.table)
+        elif self.op == "index_select":
+            read = self.table.index_select(0, ids.flatten())
+        else:
+            read = self.table.gather(0, ids.reshape(-1, 1).expand(-1, 4))
+        return (read * 2).relu() + 1
+
+
+@pytest.mark.parametrize("op", ["embedding", "index_select", "gather"])
+def test_a_negative_index_is_an_error_as_in_eager_not_another_row(op):
+    """ATen raises for a negative index in these ops (IndexError, gather a RuntimeError); ONNX's gathers wrap it: the
+    delegate returned the last row, silently. Now the delegate rejects it (strict: its error reaches the caller)."""
+    torch.manual_seed(0)
+    model = _NegativeIndexReads(op).eval()
+    ok, bad = torch.tensor([[1, 2, 3, 4]]), torch.tensor([[-1, 2, 3, 4]])
+    _delegated_whole(model, ok, ops=() if op != "embedding" else ("aten.embedding.default",))
+    with pytest.raises((IndexError, RuntimeError), match="out of range|out of bounds"):
+        model(bad)
+    compiled = torch.compile(model, backend="hybrid_trt", options={"strict": True, "min_block_size": 1})
+    with torch.no_grad():
+        compiled(ok)
+        with pytest.raises(Exception, match="(?i)out of data bounds|out of range|out of bounds"):
+            compiled(bad)

@@ -63,7 +63,7 @@ def test_unknown_delegate_lists_valid_delegates():
 def test_empty_or_duplicate_delegates_raise():
     with pytest.raises(ValueError, match="delegates"):
         make_options({"delegates": []}, environ={})
-    with pytest.raises(ValueError, match="delegates"):
+    with pytest.raises(ValueError, match="'delegates' names \\['onnxruntime'\\] more than once"):
         make_options({"delegates": ["onnxruntime", "onnxruntime"]}, environ={})
 
 
@@ -133,6 +133,9 @@ def test_values_are_normalised():
     assert opts.delegates == ("onnxruntime",)
     assert opts.force_inductor_ops == frozenset({"aten.convolution"})
     assert opts.min_block_size == 2 and opts.strict is True and opts.num_threads is None
+    # 0 and 1 read as bools, as their strings "0" and "1" (the environment's spelling) are; other ints are not
+    opts = make_options({"strict": 1, "cache": 0}, environ={})
+    assert opts.strict is True and opts.cache is False
 
 
 def test_environment_variables():

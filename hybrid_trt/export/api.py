@@ -78,7 +78,8 @@ def _capture_failed(e: Exception, path, derived: Optional[tuple] = None) -> str:
         try:
             kept.write_text(full + (f"\n\nThe graph torch.export had traced when it failed:\n{graph}\n"
                                     if graph else ""))
-            where = f"the whole message{' and the partial graph' if graph else ''} are in {kept}"
+            where = (f"the whole message and the partial graph are in {kept}" if graph
+                     else f"the whole message is in {kept}")
         except OSError as write_error:
             where = f"the whole message could not be written to {kept}: {write_error}"
         lines = "\n".join(line if len(line) <= _LINE_CHARS else f"{line[:_LINE_CHARS]} [...]"
@@ -1013,7 +1014,8 @@ def _warn_on_other_versions(package, device) -> None:
 def load(path, *, device=None, cuda_graphs: Optional[bool] = None) -> DeployedModel:
     """Open a package and return a callable that runs the model. Nothing is traced, lowered or built: every
     file is checked against the manifest's checksums, engines are loaded from the package (the runtime in
-    deploy mode refuses any build), and the AOTInductor package is loaded. Raises PackageError.
+    deploy mode refuses any build), and the AOTInductor package is loaded. Raises PackageError, or ValueError for
+    a ``device`` or ``cuda_graphs`` that is not one.
 
     ``cuda_graphs``: replay each input shape's whole call (AOTInductor's kernels and every engine run) from one
     CUDA graph, captured at its second call (whole_graph.py: outputs are the caller's own tensors). Only where
@@ -1088,7 +1090,9 @@ def _replays(manifest: dict, device: torch.device, asked: Optional[bool], source
     partition that under CUDA graphs ran at 1.29x Inductor's replay (benchmarks/results/cudagraphs_h100.md,
     session 31). So a GPU package placed by measurement and run the other way is warned about, once."""
     exported_for = pkg.placed_for_replay(manifest)
-    replays = pkg.replays_by_default(manifest) if asked is None else bool(asked)
+    if asked is not None and not isinstance(asked, bool):
+        raise ValueError(f"hybrid_trt.load: cuda_graphs is True, False or None (as exported), not {asked!r}")
+    replays = pkg.replays_by_default(manifest) if asked is None else asked
     measured = (manifest.get("options") or {}).get("placement") != "delegate" and device.type == "cuda"
     if replays != exported_for and measured:
         logger.warning(
@@ -1184,4 +1188,6 @@ def _load_device(manifest: dict, device) -> torch.device:
         raise PackageError(f"the package was compiled for {built.type}; AOTInductor code and engines are specific "
                            f"to the device type, so it cannot run on {device}. Export it with inputs on "
                            f"{device.type}.", "environment")
+    if device.type == "cpu" and device.index not in (None, 0):
+        raise ValueError(f"hybrid_trt.load: there is no CPU device {device}; give 'cpu'")
     return device

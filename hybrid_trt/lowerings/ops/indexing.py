@@ -14,16 +14,27 @@ aten = torch.ops.aten
 def lower_index_select(ctx, node):
     x, dim, index = node.args
     if not ctx.shape(x):  # 0-d: ONNX Gather needs rank >= 1; gather from it as a 1-element vector
-        picked = ctx.op("Gather", reshape(ctx, ctx.input(x), [1]), ctx.input(index, torch.int64), axis=0)
+        picked = ctx.op("Gather", reshape(ctx, ctx.input(x), [1]), _no_wrap(ctx, index), axis=0)
         return reshape(ctx, picked, ctx.shape(node))
     axis = dims(ctx.arg(dim), len(ctx.shape(x)))[0]
-    return ctx.op("Gather", ctx.input(x), ctx.input(index, torch.int64), axis=axis)
+    return ctx.op("Gather", ctx.input(x), _no_wrap(ctx, index), axis=axis)
 
 
 @lowering(aten.embedding.default, dtypes=ANY)
 def lower_embedding(ctx, node):
     weight, indices = node.args[:2]
-    return ctx.op("Gather", ctx.input(weight), ctx.input(indices, torch.int64), axis=0)
+    return ctx.op("Gather", ctx.input(weight), _no_wrap(ctx, indices), axis=0)
+
+
+def _no_wrap(ctx, index) -> str:
+    """``index`` for ONNX's Gather/GatherElements where ATen rejects a negative index (index_select, embedding,
+    gather raise IndexError): ONNX would wrap it and read another row, silently. A negative index is moved past
+    any end instead, where the delegate rejects it as ATen does (ONNX Runtime's CPU provider: "out of bounds")."""
+    idx = ctx.input(index, torch.int64)
+    return ctx.op("Where", ctx.op("Less", idx, ctx.const(0, torch.int64)), ctx.const(_PAST_ANY_END, torch.int64), idx)
+
+
+_PAST_ANY_END = 2**63 - 1
 
 
 def _check_gather(node):
@@ -40,11 +51,11 @@ def _check_gather(node):
 def lower_gather(ctx, node):
     x, dim, index = node.args[:3]
     if not ctx.shape(x):  # 0-d input and index: GatherElements needs rank >= 1
-        picked = ctx.op("GatherElements", reshape(ctx, ctx.input(x), [1]),
-                        reshape(ctx, ctx.input(index, torch.int64), [1]), axis=0)
+        picked = ctx.op("GatherElements", reshape(ctx, ctx.input(x), [1]), reshape(ctx, _no_wrap(ctx, index), [1]),
+                        axis=0)
         return reshape(ctx, picked, [])
     axis = dims(ctx.arg(dim), len(ctx.shape(x)))[0]
-    return ctx.op("GatherElements", ctx.input(x), ctx.input(index, torch.int64), axis=axis)
+    return ctx.op("GatherElements", ctx.input(x), _no_wrap(ctx, index), axis=axis)
 
 
 def _index_positions(node) -> list[int]:
