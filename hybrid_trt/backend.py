@@ -90,7 +90,7 @@ def _compile_graph(gm: fx.GraphModule, example_inputs, opts: Options, check_weig
         if opts.cuda_graphs and not opts.inductor_cuda_graphs:  # the whole runner captures inference graphs only
             report.cuda_graphs = cudagraphs.whole_runner_record(["the graph needs gradients (Inductor alone, "
                                                                  "uncaptured under the whole runner)"])
-        with cudagraphs.compiling(opts):
+        with cudagraphs.compiling(opts.cuda_graphs, opts.inductor_cuda_graphs):
             return _inductor_alone(gm, example_inputs, opts)
     weights = {i: example_inputs[i] for i in weight_input_indices(example_inputs)}
     for i in _baked_weights.unwatchable_state(gm, weights):
@@ -137,7 +137,8 @@ def _compile_graph(gm: fx.GraphModule, example_inputs, opts: Options, check_weig
         # the default; the capture table compile_fx passes down is not picklable and would make Inductor bypass
         # its FX-graph cache (and with it the AOTAutograd cache).
         kwargs.pop("get_decomp_fn", None)
-        capture = cudagraphs.plan_capture(delegated, opts)  # which partitions stay outside CUDA graphs
+        # Which partitions stay outside CUDA graphs.
+        capture = cudagraphs.plan_capture(delegated, opts.cuda_graphs, opts.whole_runner)
         compiled_graphs: list = []  # each graph Inductor compiled without raising; the last is the one returned
         compiled, kept = compile_stitched(
             delegated, stitch=lambda parts: capture.apply(_stitched(aten_gm, parts, aot_inputs, report)),
@@ -150,7 +151,7 @@ def _compile_graph(gm: fx.GraphModule, example_inputs, opts: Options, check_weig
         per_call.clear()
         if kept and compiled_graphs and compiled_graphs[-1][1] is compiled:
             per_call.update(_per_call(len(lifted), example_inputs, compiled_graphs[-1][0], graph_weights, kept,
-                                      opts, report))
+                                      opts.inductor_cuda_graphs, report))
         if capture.whole:  # kept in the manifest: a warm start wraps the graph without compiling it
             per_call["whole_graph_reasons"] = list(report.cuda_graphs.reasons) if report.cuda_graphs else [
                 "the graph Inductor compiled was not the stitched one"]
@@ -160,7 +161,7 @@ def _compile_graph(gm: fx.GraphModule, example_inputs, opts: Options, check_weig
     compile_inductor = lambda: compile_fx(  # noqa: E731
         gm, example_inputs, inner_compile=inner_compile, decompositions=capture_decompositions())
     if opts.inductor_cuda_graphs:  # Inductor's CUDA-graph trees around the stitched graph; its skip messages reported
-        compile_inductor = cudagraphs.with_graphs(compile_inductor, opts, report, gm)
+        compile_inductor = cudagraphs.with_graphs(compile_inductor, report, gm)
     if not opts.cache:
         # Caching off: Inductor's caches too (force_disable_caches is the one switch TORCHINDUCTOR_FX_GRAPH_CACHE=1
         # style variables cannot override). Its entries would call engines that are in no store. It then compiles
@@ -174,7 +175,7 @@ def _compile_graph(gm: fx.GraphModule, example_inputs, opts: Options, check_weig
             key = graph_key(gm, example_inputs, weights, opts, policy.ranges)
             graph = open_graph(store, _with_traced_state(key, continues), policy,
                                before_loads=lambda
-                               stored: None if _stored_direct(stored, opts) else start_hashing())
+                               stored: None if _stored_direct(stored, opts.inductor_cuda_graphs) else start_hashing())
             logger.debug("hybrid_trt: graph %d key and stored engines in %.3f s", report.graph_index,
                          time.perf_counter() - t0)
             served = _served_directly(graph, gm, weights, opts, report) if graph.complete else None
@@ -196,7 +197,8 @@ def _compile_graph(gm: fx.GraphModule, example_inputs, opts: Options, check_weig
         print(report.table())
     # (a warm start did not run inner_compile: the positions are AOTAutograd's order, as the cold compile checked)
     positions = compiled_weights or _graph_weights(_lifted_weights(gm), weights)
-    called = _hold(_called_per_call(compiled, per_call, positions, runtimes, opts, report, weights),
+    called = _hold(_called_per_call(compiled, per_call, positions, runtimes, opts.inductor_cuda_graphs,
+                                    opts.whole_runner, report, weights),
                    runtimes)
     return _checked(called, weights, original, report, opts) if runtimes and original is not None else called
 
@@ -230,9 +232,10 @@ def _checked(called, weights: dict, original, report: CompileReport, opts: Optio
     return checked
 
 
-def _stored_direct(stored_per_call, opts: Options) -> bool:
-    """Whether a stored graph's per-call plan (None: no usable manifest) calls its engines directly."""
-    return bool(stored_per_call and stored_per_call.get("direct")) and not opts.inductor_cuda_graphs
+def _stored_direct(stored_per_call, trees: bool) -> bool:
+    """Whether a stored graph's per-call plan (None: no usable manifest) calls its engines directly (never under
+    Inductor's CUDA-graph ``trees``)."""
+    return bool(stored_per_call and stored_per_call.get("direct")) and not trees
 
 
 def _served_directly(graph: GraphCache, gm: fx.GraphModule, weights: dict, opts: Options,
@@ -244,11 +247,11 @@ def _served_directly(graph: GraphCache, gm: fx.GraphModule, weights: dict, opts:
     are Dynamo's arguments (stitch/direct.py); the graph key covers the captured code and input specs, so the
     same plan holds. A plan that cannot be completed here (a runtime missing) leaves the compile to Inductor."""
     per_call = _per_call_from_json(graph.per_call)
-    if not _stored_direct(graph.per_call, opts) or per_call.get("direct") is None:
+    if not _stored_direct(graph.per_call, opts.inductor_cuda_graphs) or per_call.get("direct") is None:
         return None
     runtimes = list(graph.runtimes.values())
-    served = _called_per_call(None, per_call, _graph_weights(_lifted_weights(gm), weights), runtimes, opts, report,
-                              weights)
+    served = _called_per_call(None, per_call, _graph_weights(_lifted_weights(gm), weights), runtimes,
+                              opts.inductor_cuda_graphs, opts.whole_runner, report, weights)
     if served is None:
         return None
     graph.fill_report(report, inductor_cache=False)
@@ -284,7 +287,7 @@ def _graph_weights(lifted: list, weights: dict) -> dict:
 
 
 def _per_call(n_lifted: int, example_inputs, graph: fx.GraphModule, graph_weights: dict, kept: list,
-              opts: Options, report: CompileReport) -> dict:
+              trees: bool, report: CompileReport) -> dict:
     """What the frame needs at each call beyond Inductor's code, decided while AOTAutograd's metadata is at hand
     (inner_compile): the weights that live only inside engines (for hybrid_trt.skip_guards_on_baked_weights) and,
     for a graph of delegate calls alone, the plan that calls them directly (stitch/direct.py)."""
@@ -301,7 +304,7 @@ def _per_call(n_lifted: int, example_inputs, graph: fx.GraphModule, graph_weight
         return out
     # CUDA engines order themselves against the caller's current stream inside ``run`` (engines/runtime.py), the
     # same call Inductor's code makes, so the direct call needs nothing more on a GPU.
-    reason = "Inductor's CUDA graphs" if opts.inductor_cuda_graphs else _direct.aot_wrapper_reason(n_outputs)
+    reason = "Inductor's CUDA graphs" if trees else _direct.aot_wrapper_reason(n_outputs)
     if reason is not None:
         logger.debug("hybrid_trt: graph %d is only delegate calls but keeps Inductor's wrappers: %s",
                      report.graph_index, reason)
@@ -325,7 +328,7 @@ def _per_call_from_json(data) -> dict:
             "whole_graph_reasons": [str(r) for r in whole] if isinstance(whole, list) else None}
 
 
-def _called_per_call(compiled, per_call: dict, graph_weights: dict, runtimes: list, opts: Options,
+def _called_per_call(compiled, per_call: dict, graph_weights: dict, runtimes: list, trees: bool, whole: bool,
                      report: CompileReport, weights: dict):
     """The callable Dynamo's frame calls: the direct plan's when there is one (and its runtimes are all here),
     else Inductor's ``compiled`` (None on a warm start that has not consulted Inductor); in the whole runner's
@@ -334,14 +337,14 @@ def _called_per_call(compiled, per_call: dict, graph_weights: dict, runtimes: li
     record_baked_weights([graph_weights[i] for i in per_call.get("baked_inputs", ()) if i in graph_weights])
     called = compiled
     plan = per_call.get("direct")
-    direct = None if plan is None or opts.inductor_cuda_graphs else _direct.direct_callable(
+    direct = None if plan is None or trees else _direct.direct_callable(
         plan, {rt.key: rt for rt in runtimes})
     if direct is not None:
         logger.debug("hybrid_trt: graph %d calls its %d delegate call(s) directly", report.graph_index,
                      len(plan.steps))
         report.per_call = "direct"
         called = direct
-    if called is None or not (opts.cuda_graphs and opts.cuda_graph_runner == "whole"):
+    if called is None or not whole:
         return called
     # A weight whose value lives only inside engines is never read through its pointer: only the others are checked.
     baked = {id(graph_weights[i]) for i in per_call.get("baked_inputs", ()) if i in graph_weights}

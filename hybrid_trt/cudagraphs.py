@@ -81,10 +81,10 @@ def options_with_mode(options, mode: Optional[str]):
     return {**options, **settings}
 
 
-def inductor_config(options) -> dict:
-    """Inductor settings for the stitched graph: its CUDA-graph trees, and graph partitioning so that an
-    uncapturable piece splits the capture instead of cancelling it."""
-    if not options.inductor_cuda_graphs:
+def inductor_config(trees: bool) -> dict:
+    """Inductor settings for the stitched graph: with ``trees`` (Options.inductor_cuda_graphs) its CUDA-graph
+    trees, and graph partitioning so that an uncapturable piece splits the capture instead of cancelling it."""
+    if not trees:
         return {}
     from torch._inductor import config
     patch = {"triton.cudagraphs": True}
@@ -116,10 +116,10 @@ class CapturePlan:
         return gm
 
 
-def plan_capture(delegated, options) -> CapturePlan:
-    """``delegated``: the partitions about to be stitched in (``runtime``, ``extracted``, ``report``)."""
-    enabled = bool(options.cuda_graphs)
-    plan = CapturePlan(enabled=enabled, whole=enabled and options.cuda_graph_runner == "whole")
+def plan_capture(delegated, enabled: bool, whole: bool) -> CapturePlan:
+    """``delegated``: the partitions about to be stitched in (``runtime``, ``extracted``, ``report``); ``enabled``
+    and ``whole``: Options.cuda_graphs and Options.whole_runner."""
+    plan = CapturePlan(enabled=enabled, whole=enabled and whole)
     if not plan.enabled:
         return plan
     reasons = capture_verdicts(delegated)
@@ -340,9 +340,10 @@ class _SkipLog(logging.Filter):
 
 
 @contextlib.contextmanager
-def compiling(options):
-    """Around compile_fx: Inductor's CUDA-graph settings, and its skip messages caught (yields their list)."""
-    if not options.cuda_graphs:
+def compiling(enabled: bool, trees: bool):
+    """Around compile_fx with CUDA graphs ``enabled``: Inductor's CUDA-graph settings (its trees where ``trees``),
+    and its skip messages caught (yields their list)."""
+    if not enabled:
         yield []
         return
     from torch._inductor import cudagraph_utils
@@ -350,17 +351,18 @@ def compiling(options):
     log = cudagraph_utils.cudagraphs_log
     log.addFilter(skip_log)
     try:
-        with torch._inductor.config.patch(inductor_config(options)):
+        with torch._inductor.config.patch(inductor_config(trees)):
             yield skip_log.messages
     finally:
         log.removeFilter(skip_log)
 
 
-def with_graphs(compile_inductor, options, report, gm: fx.GraphModule):
-    """``compile_inductor`` run under ``compiling``; Inductor's skip messages join ``report.cuda_graphs``. ``gm``:
-    the graph Dynamo captured, read when Inductor's cache serves the compile (nothing is compiled to inspect)."""
+def with_graphs(compile_inductor, report, gm: fx.GraphModule):
+    """``compile_inductor`` run under ``compiling`` with Inductor's trees; Inductor's skip messages join
+    ``report.cuda_graphs``. ``gm``: the graph Dynamo captured, read when Inductor's cache serves the compile
+    (nothing is compiled to inspect)."""
     def run():
-        with compiling(options) as skipped:
+        with compiling(True, True) as skipped:
             compiled = compile_inductor()
         if report.cuda_graphs is None and _on_cpu_only(gm):  # served by Inductor's cache, and nothing to capture
             logger.warning("hybrid_trt: graph %d: CUDA graphs were asked for (mode='reduce-overhead' or "

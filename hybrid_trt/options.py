@@ -65,6 +65,11 @@ class Options:
         return self.cuda_graphs and self.cuda_graph_runner == "trees"
 
     @property
+    def whole_runner(self) -> bool:
+        """Whether hybrid_trt's own runner captures each call whole (whole_graph.py)."""
+        return self.cuda_graphs and self.cuda_graph_runner == "whole"
+
+    @property
     def inductor_patches(self) -> dict:
         """Inductor settings for every compile hybrid_trt starts (the stitched graph, a graph Inductor takes whole,
         its backward, a partition's fallback, AOTInductor at export): its own max-autotune settings, less CUDA

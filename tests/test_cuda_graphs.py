@@ -74,8 +74,8 @@ def test_cuda_graphs_option_validated_and_read_from_environment():
 
 
 def test_inductor_config_only_when_asked():
-    assert cudagraphs.inductor_config(hybrid_trt.make_options({})) == {}
-    patch = cudagraphs.inductor_config(hybrid_trt.make_options({"cuda_graphs": True}))
+    assert cudagraphs.inductor_config(hybrid_trt.make_options({}).inductor_cuda_graphs) == {}
+    patch = cudagraphs.inductor_config(hybrid_trt.make_options({"cuda_graphs": True}).inductor_cuda_graphs)
     assert patch["triton.cudagraphs"] is True
     assert patch.get("graph_partition", True) is True
 

@@ -48,8 +48,9 @@ def test_runner_kept_for_a_mode_that_turns_graphs_on():
 def test_whole_runner_turns_inductor_graphs_off():
     whole, trees = make_options(WHOLE), make_options({"cuda_graphs": True})
     assert (whole.inductor_cuda_graphs, trees.inductor_cuda_graphs) == (False, True)
-    assert cudagraphs.inductor_config(whole) == {}
-    assert cudagraphs.inductor_config(trees)["triton.cudagraphs"] is True
+    assert cudagraphs.inductor_config(whole.inductor_cuda_graphs) == {}
+    assert cudagraphs.inductor_config(trees.inductor_cuda_graphs)["triton.cudagraphs"] is True
+    assert (whole.whole_runner, trees.whole_runner) == (True, False)
     assert whole.compiled_fields() != trees.compiled_fields()  # separate cache entries
 
 
