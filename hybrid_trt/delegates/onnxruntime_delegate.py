@@ -416,13 +416,14 @@ class OnnxRuntimeDelegate(Delegate):
         return import_failure(_ort, "onnxruntime", "pip install 'hybrid_trt[onnx]', or onnxruntime-gpu for CUDA",
                               needs="InferenceSession")
 
-    def unusable_with(self, options) -> Optional[str]:
-        if options.onnxruntime_provider == "auto":
+    def unusable_with(self, delegate_options: Mapping[str, Any]) -> Optional[str]:
+        provider = delegate_options["provider"]
+        if provider == "auto":
             return None
-        wanted, available = _PROVIDERS[options.onnxruntime_provider], _ort().get_available_providers()
+        wanted, available = _PROVIDERS[provider], _ort().get_available_providers()
         if wanted in available:
             return None
-        return (f"option 'onnxruntime_provider'={options.onnxruntime_provider!r} asks for {wanted}, which this "
+        return (f"option 'onnxruntime_provider'={provider!r} asks for {wanted}, which this "
                 f"onnxruntime build lacks (it has {', '.join(available)}; CUDA needs onnxruntime-gpu)")
 
     def providers(self, device: torch.device, options, stream: Optional["torch.cuda.Stream"] = None,

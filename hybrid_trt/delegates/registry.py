@@ -43,9 +43,9 @@ class Delegate(abc.ABC):
         dtype); None when it can run ``node``. Checked after the lowering registry accepted the node."""
         return None
 
-    def unusable_with(self, options) -> Optional[str]:
-        """Why this delegate, usable here, cannot run with ``options`` (a ``hybrid_trt.Options``): e.g. a provider
-        its library lacks. None when it can. Read where the delegates are resolved, as ``unavailable_reason``."""
+    def unusable_with(self, delegate_options: Mapping[str, Any]) -> Optional[str]:
+        """Why this delegate, usable here, cannot run with its options (``options_from``'s): e.g. a provider its
+        library lacks. None when it can. Read where the delegates are resolved, as ``unavailable_reason``."""
         return None
 
     def options_from(self, options) -> dict[str, Any]:
@@ -135,7 +135,8 @@ def usable_of(names: Sequence[str], strict: bool, options=None) -> tuple[str, ..
     it is left out with one warning per process and graphs compile with the rest, Inductor alone when none is
     left: a missing library never fails a compile, named or not."""
     missing = {n: why for n in names if (why := _DELEGATES[n].unavailable_reason()
-                                         or (options is not None and _DELEGATES[n].unusable_with(options)))}
+                                         or (options is not None
+                                             and _DELEGATES[n].unusable_with(_DELEGATES[n].options_from(options))))}
     if missing:
         what = "; ".join(f"{n!r} is not usable here: {why}" for n, why in missing.items())
         if strict:

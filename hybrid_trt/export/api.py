@@ -174,7 +174,8 @@ def export(model: torch.nn.Module, example_inputs, *, dynamic_shapes=None, shape
     opts = make_options(options, resolve=False)
     from ..delegates import delegate_names, get_delegate
     for name in opts.delegates or ():  # a package is built for its target: no quiet package without the delegate
-        why = get_delegate(name).unavailable_reason() or get_delegate(name).unusable_with(opts)
+        named = get_delegate(name)
+        why = named.unavailable_reason() or named.unusable_with(named.options_from(opts))
         if why:
             raise ExportError(f"hybrid_trt.export: delegate {name!r} is not usable here: {why}. Export where it is "
                               "(the machine the package is built for), or leave it out of 'delegates'")
