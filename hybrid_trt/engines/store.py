@@ -277,8 +277,8 @@ class EngineStore:
                  locked: bool) -> None:
         """Remove a bad entry, unless it changed since it was read (another process replaced it) or another
         process holds its lock (that process finds it bad too and replaces it)."""
-        if self.read_only:
-            self._warn(kind, f"hybrid_trt: {what} at {path}; not loaded (read-only store, left as it is)")
+        if self.read_only:  # a package's engines: its loader raises PackageError naming the file, the one message
+            logger.debug("hybrid_trt: %s at %s; not loaded (read-only store, left as it is)", what, path)
             return
         with contextlib.ExitStack() as stack:
             if not locked and not stack.enter_context(self._lock(key, blocking=False)):
