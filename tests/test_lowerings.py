@@ -1756,3 +1756,20 @@ def test_a_negative_index_is_an_error_as_in_eager_not_another_row(op):
         compiled(ok)
         with pytest.raises(Exception, match="(?i)out of data bounds|out of range|out of bounds"):
             compiled(bad)
+
+
+def test_bad_inputs_at_the_first_call_raise_as_in_eager_and_leave_the_partition_on_its_engine(caplog):
+    """A first call whose inputs eager rejects too (a negative index) failed in the delegate, and the partition
+    went to Inductor for good, and from there (Inductor failing too) to eager ATen ops for every later call."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = _NegativeIndexReads("embedding").eval()
+    ok, bad = torch.tensor([[1, 2, 3, 4]]), torch.tensor([[-1, 2, 3, 4]])
+    compiled = torch.compile(model, backend="hybrid_trt", options={"min_block_size": 1})
+    with torch.no_grad(), caplog.at_level("WARNING", logger="hybrid_trt"):
+        with pytest.raises(IndexError, match="index out of range"):
+            compiled(bad)
+        assert_close(compiled(ok), model(ok))
+    report = hybrid_trt.last_report()
+    assert [p.status for p in report.partitions] == ["delegated"], report.table()
+    assert "falls back" not in caplog.text and "eagerly" not in caplog.text, caplog.text

@@ -653,6 +653,9 @@ class PartitionRuntime:
                 except Exception as e:  # noqa: BLE001 - torch.compile is lazy: Inductor fails at this first call
                     if strict or compiled is module:
                         raise
+                    rejected = _rejected_by_eager(module, inputs, sizes)
+                    if rejected is not None:  # the inputs are at fault: Inductor's code stays, for the next call
+                        raise rejected from None
                     # The fallback itself must not fail: the partition's FX module runs the same ATen ops eagerly.
                     logger.warning("hybrid_trt: %s: Inductor failed on the fallback, running it eagerly: %s",
                                    name, e)
@@ -673,6 +676,11 @@ class PartitionRuntime:
             except Exception as e:
                 if me.policy.strict:
                     raise
+                rejected = _rejected_by_eager(me.module, inputs, ())
+                if rejected is not None:  # the inputs are at fault, not the engine: it stays, for the next call
+                    logger.debug("hybrid_trt: %s: first call failed (%s); eager PyTorch rejects the inputs too",
+                                 me.name, e)
+                    raise rejected from None
                 me.report.status = "fell back to Inductor"  # the partition's only engine is gone
                 me._fall_back(f"first call failed: {e}")
                 runner = me._inductor_runner()
@@ -684,6 +692,18 @@ class PartitionRuntime:
 
 
 # ---------------------------------------------------------------------------------------------- helpers
+
+
+def _rejected_by_eager(module, inputs, sizes) -> Optional[Exception]:
+    """The error eager PyTorch raises for these inputs (an out-of-range index, say), or None when it runs them.
+    A delegate's or Inductor's failure on inputs eager rejects too is the caller's error, raised as eager raises
+    it: it must not move the partition off its engine (or its Inductor code) for every later call."""
+    try:
+        with torch.no_grad():
+            module(*inputs, *sizes)
+    except Exception as e:  # noqa: BLE001 - whatever eager raises is the answer
+        return e
+    return None
 
 
 def _owned(out: torch.Tensor, inputs) -> torch.Tensor:
