@@ -2,8 +2,8 @@
 
 A plugin has two halves. Its torch ops exist once its package is imported, which a model that uses them has
 done. What the backend adds for them (lowerings to the plugin's ONNX domain, the domain accepted by a
-delegate, TensorRT plugin creators) is registered by its activation module. This registry imports that
-module the first time a graph the backend or export is given calls one of the plugin's ops, never as a side
+delegate, TensorRT plugin creators) is registered by its activation function. This registry calls that
+function the first time a graph the backend or export is given calls one of the plugin's ops, never as a side
 effect of importing the plugin. So a process that imports a plugin compiles every other model exactly as
 before: the same lowerings, the same decompositions, the same engine keys.
 
@@ -24,14 +24,14 @@ from ..log import logger
 class Plugin:
     name: str
     op_prefix: str  # qualified op names it owns start with this, e.g. "hybrid_trt::sparse_"
-    activation: str  # module whose import registers its lowerings (and TensorRT plugins)
+    activation: str  # "module:function" whose call registers its lowerings (and TensorRT plugins)
 
     def owns(self, target) -> bool:
         return _qualified_name(target).startswith(self.op_prefix)
 
 
 _PLUGINS: dict[str, Plugin] = {
-    "sparse": Plugin("sparse", "hybrid_trt::sparse_", "hybrid_trt.plugins.sparse.activation"),
+    "sparse": Plugin("sparse", "hybrid_trt::sparse_", "hybrid_trt.plugins.sparse.activation:activate"),
 }
 _ACTIVE: set[str] = set()
 _FAILED: set[str] = set()  # activation raised; reported once
@@ -59,7 +59,10 @@ def activate(name: str) -> None:
         plugin = _PLUGINS.get(name)
         if plugin is None:
             raise KeyError(f"no plugin named {name!r}; registered: {sorted(_PLUGINS)}")
-        importlib.import_module(plugin.activation)
+        module, _, function = plugin.activation.partition(":")
+        if not function:
+            raise ValueError(f"plugin {name!r}: activation {plugin.activation!r} is not 'module:function'")
+        getattr(importlib.import_module(module), function)()
         _ACTIVE.add(name)
     logger.debug("hybrid_trt: plugin %r activated (%s)", name, plugin.activation)
 

@@ -79,9 +79,9 @@ def test_a_declared_plugin_activates_once_for_a_graph_that_calls_its_op(tmp_path
     lib = torch.library.Library("htrt_registry_test", "DEF")
     lib.define("double(Tensor x) -> Tensor")
     lib.impl("double", lambda x: x * 2, "CompositeExplicitAutograd")
-    (tmp_path / "htrt_registry_test_activation.py").write_text("ACTIVATIONS = [1]\n")
+    (tmp_path / "htrt_registry_test_activation.py").write_text("CALLS = []\n\n\ndef activate():\n    CALLS.append(1)\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    plugin = registry.Plugin("registry-test", "htrt_registry_test::", "htrt_registry_test_activation")
+    plugin = registry.Plugin("registry-test", "htrt_registry_test::", "htrt_registry_test_activation:activate")
     registry.register_plugin(plugin)
     try:
         graph = fx.Graph()
@@ -94,6 +94,7 @@ def test_a_declared_plugin_activates_once_for_a_graph_that_calls_its_op(tmp_path
         assert registry.activate_for(graph) == ("registry-test",)
         assert "registry-test" in registry.active() and "htrt_registry_test_activation" in sys.modules
         assert registry.activate_for(graph) == ()  # once
+        assert sys.modules["htrt_registry_test_activation"].CALLS == [1]  # its function was called, once
         with pytest.raises(ValueError, match="already registered"):
             registry.register_plugin(registry.Plugin("registry-test", "other::", "other"))
     finally:
@@ -117,10 +118,11 @@ def test_a_plugin_whose_activation_fails_is_reported_once_and_the_compile_goes_o
     lib = torch.library.Library("htrt_registry_broken", "DEF")
     lib.define("triple(Tensor x) -> Tensor")
     lib.impl("triple", lambda x: x * 3, "CompositeExplicitAutograd")
-    (tmp_path / "htrt_registry_broken_activation.py").write_text("raise ImportError('libfoo.so not found')\n")
+    (tmp_path / "htrt_registry_broken_activation.py").write_text(
+        "def activate():\n    raise ImportError('libfoo.so not found')\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     registry.register_plugin(registry.Plugin("registry-broken", "htrt_registry_broken::",
-                                             "htrt_registry_broken_activation"))
+                                             "htrt_registry_broken_activation:activate"))
     try:
         def f(x):
             return torch.ops.htrt_registry_broken.triple(x) + 1
