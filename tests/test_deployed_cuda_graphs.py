@@ -207,6 +207,16 @@ def test_inspect_says_and_bench_loads_with_cuda_graphs(cpu_package, capsys):
     assert json.loads(capsys.readouterr().out)["cuda_graphs"]["status"] == "not captured"
 
 
+def test_verify_with_cuda_graphs_on_a_cpu_package_says_its_cases_ran_uncaptured(cpu_package, capsys):
+    """Its reference line said "each uncaptured, captured and replayed" above the line saying nothing was."""
+    from hybrid_trt.export import cli
+    _, path = cpu_package
+    assert cli.main(["verify", str(path), "--cuda-graphs"]) == 8
+    out = capsys.readouterr().out
+    assert "each called 3 times, uncaptured" in out and "captured and replayed" not in out, out
+    assert f"FAIL  cuda_graphs  not captured: {CPU_REASON}" in out, out
+
+
 def test_a_failing_capture_check_never_fails_the_export(monkeypatch, hybrid_logs):
     """Export decides capturability on the GPU it builds on (the engines' probe in a separate process); if that
     check itself fails, the package is written all the same and runs uncaptured, saying why."""

@@ -383,7 +383,7 @@ class _WithNumber(torch.nn.Module):
 
 @pytest.mark.parametrize("case", ["unbounded dim", "listed dtype", "None output", "float output", "size output",
                                   "unusable delegate", "precision without its delegate", "negative size",
-                                  "not a shape", "a function"])
+                                  "not a shape", "a function", "provider the build lacks"])
 def test_export_refuses_what_a_package_cannot_hold_with_a_clear_error(tmp_path, case, caplog):
     """Each failed deep inside torch or sympy ('Infinity' object has no attribute '_mpf_', mat1 and mat2 must
     have the same dtype, Could not infer dtype of NoneType); now an ExportError saying what to change."""
@@ -404,13 +404,16 @@ def test_export_refuses_what_a_package_cannot_hold_with_a_clear_error(tmp_path, 
         kwargs, match = {"shapes": [{"input": (-1, 4)}]}, r"shape \[-1, 4\] for input 'input' has a negative size"
     elif case == "not a shape":  # a bare ValueError from int() ("invalid literal")
         kwargs, match = {"shapes": [{"input": "2 by 4"}]}, r"'2 by 4' for input 'input' is not a shape"
+    elif case == "provider the build lacks":  # wrote a package with nothing delegated, exit 0
+        kwargs, match = {"onnxruntime_provider": "cuda"}, "'onnxruntime' cannot run as the options ask: .*CUDA"
     elif case == "a function":  # a bare AttributeError ('function' object has no attribute 'forward')
         model, match = (lambda t: t.relu()), r"takes a torch.nn.Module .* not function"
     elif case == "unusable delegate":  # torch.compile leaves it out with a warning; a package is built for its target
         kwargs, match = {"delegates": ["tensorrt"]}, "delegate .tensorrt. is not usable here"
     else:  # no TensorRT here: torch.compile runs Inductor alone with a warning; export refuses
         kwargs, match = {"precision": "fp16"}, "precision='fp16' needs a delegate that builds fp16 engines"
-    options = {"min_block_size": 1, **{k: kwargs.pop(k) for k in ("delegates", "precision") if k in kwargs}}
+    options = {"min_block_size": 1, **{k: kwargs.pop(k) for k in ("delegates", "precision", "onnxruntime_provider")
+                                       if k in kwargs}}
     from hybrid_trt.delegates import registry
     registry._warn_once.cache_clear()  # (said once per process: any earlier test may have said it)
     with caplog.at_level("WARNING", logger="hybrid_trt"), pytest.raises(hybrid_trt.ExportError, match=match):

@@ -179,6 +179,12 @@ def export(model: torch.nn.Module, example_inputs, *, dynamic_shapes=None, shape
         if why:
             raise ExportError(f"hybrid_trt.export: delegate {name!r} is not usable here: {why}. Export where it is "
                               "(the machine the package is built for), or leave it out of 'delegates'")
+    for name in () if opts.delegates else delegate_names():  # installed, but not as the options configure it
+        named = get_delegate(name)
+        why = named.unavailable_reason() is None and named.unusable_with(named.options_from(opts))
+        if why:
+            raise ExportError(f"hybrid_trt.export: delegate {name!r} cannot run as the options ask: {why}. Export "
+                              "where it can (the machine the package is built for), or change that option")
     if opts.delegates is not None:  # usable, as checked above: what remains is a contradiction between options
         try:
             opts.resolved_delegates()

@@ -602,11 +602,12 @@ def _check_reference(package, cuda_graphs: bool, compare: Optional[Callable]) ->
                 return [Check("reference", False, f"{case}: outputs differ from the stored ones: {problem}. The "
                               "engines or this machine compute differently: do not deploy; export again on a "
                               "machine like this one")] + graphs_not_run
-    checks = [Check("reference", True, f"{len(m['reference'])} reference case(s) match ({check.describe()})"
-                    + (", each uncaptured, captured and replayed" if cuda_graphs else ""))]
+    record = model.cuda_graphs if cuda_graphs else None
+    captured = record is not None and record.status.startswith("captured whole") and not record.reasons
+    calls = (", each uncaptured, captured and replayed" if captured else
+             f", each called {len(runs)} times, uncaptured" if cuda_graphs else "")
+    checks = [Check("reference", True, f"{len(m['reference'])} reference case(s) match ({check.describe()}){calls}")]
     if cuda_graphs:
-        record = model.cuda_graphs
-        captured = record.status.startswith("captured whole") and not record.reasons
         checks.append(Check("cuda_graphs", captured, record.status + (f": {'; '.join(record.reasons)}"
                                                                       if record.reasons else "")))
     return checks
