@@ -1111,6 +1111,10 @@ def test_an_adaptive_pool_keeps_a_listed_dimension_dynamic_and_its_range_checked
     loaded = hybrid_trt.load(path)
     dim = loaded.manifest["inputs"][0]["dims"][2]
     assert isinstance(dim, dict) and (dim.get("min"), dim.get("max")) == (8, 16), dim
+    # engines per shape, and the reason names the pool's windows (it said "wired differently at Conv at node 0":
+    # canonical names moved by constants further down)
+    (part,) = loaded.manifest["partitions"]
+    assert part["per_shape_reason"].startswith("shape-specific constants in the lowered graph: Slice"), part
     for h in (8, 16):
         x = torch.randn(1, 3, h, 8)
         with torch.no_grad():

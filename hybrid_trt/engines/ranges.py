@@ -213,6 +213,10 @@ def first_difference(a: onnx.ModelProto, b: onnx.ModelProto) -> Optional[str]:
     data_b = {t.name: (tuple(t.dims), t.data_type, _tensor_data(s)) for t, s in zip(cb.graph.initializer,
                                                                                        b.graph.initializer)}
     na, nb = ca.graph.node, cb.graph.node
+    # Canonical names number values in order, so a difference further down (a node more or fewer, another
+    # constant) can rename the inputs of nodes above it: a wiring difference is said only when no op or
+    # attribute differs anywhere, which names the node that differs with the shape.
+    wired = None
     for i, (x, y) in enumerate(zip(na, nb)):
         where = f"{x.op_type} at node {i}"
         if (x.op_type, x.domain) != (y.op_type, y.domain):
@@ -223,15 +227,19 @@ def first_difference(a: onnx.ModelProto, b: onnx.ModelProto) -> Optional[str]:
             names = sorted(n for n in set(attrs_x) | set(attrs_y) if attrs_x.get(n) != attrs_y.get(n))
             what = "its value" if x.op_type == "Constant" else f"attribute(s) {', '.join(names)}"
             return f"shape-specific constants in the lowered graph: {where} ({what} differs with the shape)"
-        if list(x.input) != list(y.input) or list(x.output) != list(y.output):
-            return f"the lowered graphs are wired differently at {where}"
-        for k, name in enumerate(x.input):
-            if name in data_a or name in data_b:
-                if data_a.get(name) != data_b.get(name):
+        for k, (p, q) in enumerate(zip(x.input, y.input)):
+            if p in data_a and q in data_b:  # initializers: compared by content, whatever their names
+                if data_a[p] != data_b[q]:
                     return (f"shape-specific constants in the lowered graph: {where} (its input {k}, an "
                             "initializer, differs with the shape)")
+            elif p != q:
+                wired = wired or f"the lowered graphs are wired differently at {where}"
+        if len(x.input) != len(y.input) or list(x.output) != list(y.output):
+            wired = wired or f"the lowered graphs are wired differently at {where}"
     if len(na) != len(nb):
         return f"the lowered graphs have {len(na)} and {len(nb)} nodes"
+    if wired:
+        return wired
     if data_a != data_b:
         return "the lowered graphs' initializers differ with the shape"
     if ca.SerializeToString(deterministic=True) != cb.SerializeToString(deterministic=True):
