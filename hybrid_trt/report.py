@@ -2,7 +2,6 @@
 took, fallbacks) and per op left to Inductor (the reason). Available as data and printed as a table."""
 from __future__ import annotations
 
-import collections
 import dataclasses
 import threading
 from collections import Counter
@@ -176,18 +175,14 @@ def _clip(text: str) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-# Registry of the reports of the graphs compiled in this process, in order: the latest KEPT_REPORTS of them (a
-# long-lived process that compiles model after model must not hold every report it ever made).
-KEPT_REPORTS = 1000
-_REPORTS: collections.deque = collections.deque(maxlen=KEPT_REPORTS)
-_COMPILED = [0]  # graphs compiled so far (graph indices go on counting past the kept reports)
+# Registry of the reports of every graph compiled in this process, in order.
+_REPORTS: list = []
 _LOCK = threading.Lock()
 
 
 def new_report() -> CompileReport:
     with _LOCK:
-        report = CompileReport(graph_index=_COMPILED[0])
-        _COMPILED[0] += 1
+        report = CompileReport(graph_index=len(_REPORTS))
         _REPORTS.append(report)
     return report
 
@@ -199,14 +194,12 @@ def discard_report(report: CompileReport) -> None:
     with _LOCK:
         if _REPORTS and _REPORTS[-1] is report:
             _REPORTS.pop()
-            _COMPILED[0] -= 1
         else:
             report.whole_graph_reason = "abandoned by Dynamo (it traced the frame again and compiled that)"
 
 
 def reports() -> list:
-    """Reports of the graphs hybrid_trt compiled in this process, the latest ``KEPT_REPORTS`` (a model with graph
-    breaks has several)."""
+    """Reports of every graph hybrid_trt compiled in this process (a model with graph breaks has several)."""
     with _LOCK:
         return list(_REPORTS)
 

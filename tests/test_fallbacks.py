@@ -275,17 +275,3 @@ def test_a_shape_whose_engine_fails_to_build_is_reported_on_inductor(monkeypatch
     part.engines.clear()  # as if the first shape had failed too
     assert part.status_text.startswith("fell back to Inductor") and report.delegated_op_count == 0
     assert report.total_op_count == 3 and "0/3 ops delegated in 0 partition(s)" in report.table()
-
-
-def test_the_report_registry_keeps_the_latest_reports_and_counts_on():
-    """A process that compiles graph after graph kept every report it ever made; now the latest KEPT_REPORTS, with
-    graph indices still counting every compile (and an abandoned compile's index given back)."""
-    from hybrid_trt import report as report_module
-    first = report_module.new_report()
-    made = [report_module.new_report() for _ in range(report_module.KEPT_REPORTS + 5)]
-    kept = hybrid_trt.reports()
-    assert len(kept) == report_module.KEPT_REPORTS and kept[-1] is made[-1] and first not in kept
-    assert made[-1].graph_index == first.graph_index + report_module.KEPT_REPORTS + 5
-    report_module.discard_report(made[-1])
-    assert hybrid_trt.last_report() is made[-2]
-    assert report_module.new_report().graph_index == made[-1].graph_index
