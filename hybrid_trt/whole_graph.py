@@ -63,7 +63,9 @@ class WholeGraph:
         self._on_fallback = on_fallback  # (why, others captured): a signature runs uncaptured (the report's record)
         self._graphs: dict = {}  # signature -> _Captured, or a str: why that signature runs uncaptured
         self._warmed: set = set()  # signatures called once (captured at their second call)
-        self._past_bound = False  # MAX_GRAPHS captured: a new signature runs uncaptured, recorded nowhere
+        # MAX_GRAPHS captured: a new signature runs uncaptured, recorded nowhere and unserialised (sizes may differ
+        # at every call)
+        self._past_bound = False
         self._copied: Optional[list] = None  # positions of the tensors copied in (from the first call's arguments)
         self._scalars: list = []  # positions of non-tensor arguments (symbolic sizes): part of the signature
         # One call at a time touches the graphs' buffers (threads); the stream the last one queued its work on
@@ -87,7 +89,7 @@ class WholeGraph:
                     torch._foreach_copy_(g.inputs, [args[i] for i in self._copied])
                 g.graph.replay()
                 return g.copy_out()
-            if not isinstance(g, str):
+            if not (isinstance(g, str) or (g is None and self._past_bound)):
                 return self._uncaptured_or_capture(key, args, g)
         return self._fn(*args)  # uncaptured for good: the compiled callable alone, which needs no serialising
 
@@ -109,8 +111,6 @@ class WholeGraph:
         if g is not None:  # captured, but a weight is another tensor now: capture again for the new storage
             logger.info("hybrid_trt: %s: a weight's storage changed since its CUDA graph was captured; capturing "
                         "again", self._name)
-        elif self._past_bound:  # no entry and no warning per new shape: sizes may differ at every call
-            return self._fn(*args)
         elif key not in self._warmed:
             if len(self._warmed) >= _WARMED_LIMIT:  # shapes seen once each (a size that changes every call)
                 self._warmed.clear()
