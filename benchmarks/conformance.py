@@ -338,6 +338,20 @@ NOTES: dict[tuple[str, str], str] = {
         "placement='measured' the small partitions stay on Inductor (345 ops in 5 partitions) and it is ok: "
         'eager 50.1, Inductor 49.1, hybrid 49.1 ms (HYBRID_TRT_PLACEMENT=measured, same machine and session). '
         "The CPU default times nothing (README, 'Measured placement')"),
+    ("cpu", "timm_eva02_tiny_patch14_224"): (
+        "CPU, session 34, by hand: fully delegated; ONNX Runtime's CPU kernels are slower than Inductor's here. A/B "
+        "in that session, one process each, the tree before its negative-index change (205cc36's parent) and after: "
+        "1.08x/1.09x eager, 1.40x/1.40x Inductor, so not that change; the earlier 'ok' row (0.99x eager) was a run on "
+        "another day of this shared machine. placement='measured' would keep it with Inductor; the CPU default "
+        "times nothing (README, 'Measured placement')"),
+    ("cpu", "timm_hiera_tiny_224"): (
+        "CPU, session 34, by hand: fully delegated; ONNX Runtime's CPU kernels are slower than Inductor's here. A/B "
+        "as for EVA02-tiny: 1.19x/1.15x eager, 1.23x/1.19x Inductor before/after that session's change; the "
+        "earlier 'ok' row (1.00x eager, 1.05x Inductor) was another day's run. placement='measured' would keep it "
+        "with Inductor"),
+    ("cpu", "tv_keypointrcnn_resnet50_fpn"): (
+        "CPU, session 34, by hand: 30 graphs per call (Dynamo breaks the detection post-processing) and 16 "
+        "partitions, 1.04x eager and Inductor: the many small partitions, as Faster R-CNN MobileNet's row says"),
     ("cpu", "timm_volo_d1_224"): (
         'CPU, session 22: delegated whole since F.fold is lowered (its decomposition left a crop and a scatter to '
         "Inductor in each outlooker); by hand, ONNX Runtime's profile of the partition (2 threads) puts Gemm at "
