@@ -405,7 +405,7 @@ def test_export_refuses_what_a_package_cannot_hold_with_a_clear_error(tmp_path, 
     elif case == "not a shape":  # a bare ValueError from int() ("invalid literal")
         kwargs, match = {"shapes": [{"input": "2 by 4"}]}, r"'2 by 4' for input 'input' is not a shape"
     elif case == "provider the build lacks":  # wrote a package with nothing delegated, exit 0
-        kwargs, match = {"onnxruntime_provider": "cuda"}, "'onnxruntime' cannot run as the options ask: .*CUDA"
+        kwargs, match = {"onnxruntime_provider": "cuda"}, "'onnxruntime' is not usable here: .*CUDA"
     elif case == "a function":  # a bare AttributeError ('function' object has no attribute 'forward')
         model, match = (lambda t: t.relu()), r"takes a torch.nn.Module .* not function"
     elif case == "unusable delegate":  # torch.compile leaves it out with a warning; a package is built for its target

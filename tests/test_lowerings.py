@@ -1773,3 +1773,26 @@ def test_bad_inputs_at_the_first_call_raise_as_in_eager_and_leave_the_partition_
     report = hybrid_trt.last_report()
     assert [p.status for p in report.partitions] == ["delegated"], report.table()
     assert "falls back" not in caplog.text and "eagerly" not in caplog.text, caplog.text
+
+
+def test_positions_from_topk_or_argmax_gather_without_the_negative_index_check():
+    """The check that makes a negative index an error costs a pass over the indices at every run; indices that are
+    positions by construction (top-k's, sort's, arg-max's, through views) need none. Other indices keep it."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from hybrid_trt.lowerings.to_onnx import lower_partition
+
+    def decode(scores, boxes, ids):
+        _, top = scores.topk(5, dim=1)
+        picked = boxes.gather(1, top.unsqueeze(-1).expand(-1, -1, 4))
+        best = boxes.index_select(1, scores.argmax(dim=1))
+        return picked * 2, best + 1, boxes.index_select(1, ids)
+
+    args = (torch.randn(2, 20), torch.randn(2, 20, 4), torch.tensor([3, 0]))
+    gm = make_fx(decode)(*args)
+    model, _ = lower_partition(gm, [a.shape for a in args], [a.dtype for a in args])
+    ops = [n.op_type for n in model.graph.node]
+    assert ops.count("Less") == 1, ops  # the user's ids only (the Where beside it; top-k has Wheres of its own)
+    session = _ort_cpu_session(model)
+    got = session.run(None, {i.name: a.numpy() for i, a in zip(session.get_inputs(), args)})
+    for g, e in zip(got, decode(*args)):
+        assert_close(torch.from_numpy(g), e)

@@ -173,18 +173,17 @@ def export(model: torch.nn.Module, example_inputs, *, dynamic_shapes=None, shape
     # contradict the refusal below.
     opts = make_options(options, resolve=False)
     from ..delegates import delegate_names, get_delegate
-    for name in opts.delegates or ():  # a package is built for its target: no quiet package without the delegate
-        named = get_delegate(name)
-        why = named.unavailable_reason() or named.unusable_with(named.options_from(opts))
+    # A package is built for its target: no quiet package without a delegate named, or one installed that cannot
+    # run as the options configure it (a provider its build lacks). One not installed and not named is left out.
+    for name in opts.delegates or delegate_names():
+        d = get_delegate(name)
+        missing = d.unavailable_reason()
+        why = missing if opts.delegates else None
+        why = why or (missing is None and d.unusable_with(d.options_from(opts)))
         if why:
             raise ExportError(f"hybrid_trt.export: delegate {name!r} is not usable here: {why}. Export where it is "
-                              "(the machine the package is built for), or leave it out of 'delegates'")
-    for name in () if opts.delegates else delegate_names():  # installed, but not as the options configure it
-        named = get_delegate(name)
-        why = named.unavailable_reason() is None and named.unusable_with(named.options_from(opts))
-        if why:
-            raise ExportError(f"hybrid_trt.export: delegate {name!r} cannot run as the options ask: {why}. Export "
-                              "where it can (the machine the package is built for), or change that option")
+                              "(the machine the package is built for), or leave it out of 'delegates' or change "
+                              "the option")
     if opts.delegates is not None:  # usable, as checked above: what remains is a contradiction between options
         try:
             opts.resolved_delegates()

@@ -1,6 +1,8 @@
 """Gathers: index_select, embedding, gather, advanced indexing (index.Tensor, _unsafe_index.Tensor), topk, sort."""
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 import torch
 
@@ -31,10 +33,31 @@ def _no_wrap(ctx, index) -> str:
     gather raise IndexError): ONNX would wrap it and read another row, silently. A negative index is moved past
     any end instead, where the delegate rejects it as ATen does (ONNX Runtime's CPU provider: "out of bounds")."""
     idx = ctx.input(index, torch.int64)
+    if _non_negative(index):  # top-k/sort/arg-max positions: nothing to move, no pass over the indices per run
+        return idx
     return ctx.op("Where", ctx.op("Less", idx, ctx.const(0, torch.int64)), ctx.const(_PAST_ANY_END, torch.int64), idx)
 
 
 _PAST_ANY_END = 2**63 - 1
+# Ops whose integer output is a position, never negative, and views that keep its values.
+_POSITIONS = frozenset({aten.topk.default, aten.sort.default, aten.sort.stable, aten.argmax.default,
+                        aten.argmin.default, aten.argsort.default, aten.argsort.stable})
+_SAME_VALUES = frozenset({aten.view.default, aten.reshape.default, aten.expand.default, aten.unsqueeze.default,
+                          aten.squeeze.dim, aten.squeeze.default, aten.clone.default, aten.flatten.using_ints,
+                          aten._unsafe_view.default, aten.permute.default})
+
+
+def _non_negative(node) -> bool:
+    """Whether ``node`` (an FX node) holds positions by construction: an op of _POSITIONS (its indices output),
+    seen through views that keep the values."""
+    while getattr(node, "op", None) == "call_function" and node.target in _SAME_VALUES:
+        node = node.args[0]
+    if getattr(node, "op", None) != "call_function":
+        return False
+    if node.target is operator.getitem:  # (values, indices) = topk(...) / sort(...)
+        source, item = node.args
+        return item == 1 and getattr(source, "target", None) in _POSITIONS
+    return node.target in _POSITIONS
 
 
 def _check_gather(node):
