@@ -4,6 +4,7 @@
     .venv/bin/python benchmarks/conformance.py --device cuda --dtype float16     # on a GPU
     .venv/bin/python benchmarks/conformance.py --models resnet18,tv_retinanet --budget-min 30
     .venv/bin/python benchmarks/conformance.py --list
+    .venv/bin/python benchmarks/conformance.py --models timm_ghostnet_100,tv_regnet_x_400mf   # any other classifier
 
 Models come from torchvision (classifiers, detectors, segmentation, video) and timm, with random weights (nothing
 is downloaded) at small input sizes where a model allows. Each model runs in its own subprocess under a time
@@ -306,6 +307,26 @@ CASES: list[Case] = [
 ]
 CASES_BY_NAME = {c.name: c for c in CASES}
 
+
+def case_for(name: str) -> Optional[Case]:
+    """The suite's case of that name, else any other classifier timm or torchvision has (``timm_<name>``,
+    ``tv_<name>``), so that a model nobody listed is checked the same way: timm's at its fixed input size where it
+    has one, else 64x64 as the suite's; torchvision's at 64x64."""
+    if name in CASES_BY_NAME:
+        return CASES_BY_NAME[name]
+    source, _, model = name.partition("_")
+    if source == "timm" and model:
+        import timm
+        if model in timm.list_models():
+            cfg = timm.get_pretrained_cfg(model, allow_unregistered=True)
+            fixed = cfg is not None and cfg.fixed_input_size
+            return _timm(model, size=cfg.input_size[-1] if fixed else 64)
+    if source == "tv" and model:
+        import torchvision
+        if model in torchvision.models.list_models(module=torchvision.models):
+            return _tv(model)
+    return None
+
 # Short notes for rows whose numbers need context beyond the report (filled in from what runs showed).
 # Explanations written by hand for rows the verdict cannot explain itself, by (device, model): kept in the script so
 # that --update, which re-renders the table from the JSON rows, keeps them.
@@ -578,7 +599,7 @@ def run_worker(name: str, device: str, dtype_name: str, latency_s: float) -> dic
     import hybrid_trt
     torch.manual_seed(0)
     dtype = getattr(torch, dtype_name)
-    case = CASES_BY_NAME[name]
+    case = case_for(name)
     res: dict = {"model": name, "device": device, "dtype": dtype_name, "input": case.input}
     warnings = _Warnings()
     logging.getLogger("hybrid_trt").addHandler(warnings)
@@ -1023,8 +1044,12 @@ def select(spec: str) -> list[Case]:
     out = []
     for pat in spec.split(","):
         hits = [c for c in CASES if fnmatch.fnmatch(c.name, pat) or c.name in (pat, f"tv_{pat}", f"timm_{pat}")]
+        if not hits and case_for(pat) is not None:
+            hits = [case_for(pat)]
         if not hits:
-            raise SystemExit(f"unknown model {pat!r}; --list shows the names")
+            raise SystemExit(f"unknown model {pat!r}: not in the suite (--list shows its names), and neither a "
+                             f"timm model ('timm_<name>', timm.list_models()) nor a torchvision classifier "
+                             f"('tv_<name>', torchvision.models.list_models())")
         out += [c for c in hits if c not in out]
     return out
 

@@ -276,3 +276,18 @@ def test_slow_row_names_the_placement_verdicts_that_kept_its_partitions():
     assert status == "slow" and "kept by placement: graph 0 partition 0: measured" in why, (status, why)
     del row["placements"]
     assert "kept by placement" not in conformance.verdict(row)[1]
+
+
+def test_a_model_outside_the_suite_is_selected_by_its_library_name():
+    """Any timm model or torchvision classifier runs through the suite by name (``timm_<name>``, ``tv_<name>``), at
+    timm's fixed input size where the model has one; a name neither library has is refused with where to look."""
+    listed = {c.name for c in conformance.CASES}
+    assert not listed & {"timm_ghostnet_100", "timm_swinv2_tiny_window8_256", "tv_regnet_x_400mf"}
+    ghost, window = conformance.select("timm_ghostnet_100,timm_swinv2_tiny_window8_256")
+    assert (ghost.source, ghost.input, window.input) == ("timm", "1x3x64x64", "1x3x256x256")
+    regnet, = conformance.select("tv_regnet_x_400mf")
+    model, (x,) = regnet.make()
+    assert type(model).__name__ == "RegNet" and tuple(x.shape) == (1, 3, 64, 64)
+    assert conformance.case_for("tv_regnet_x_400mf").name == "tv_regnet_x_400mf"  # what the worker looks up
+    with pytest.raises(SystemExit, match="neither a timm model"):
+        conformance.select("timm_no_such_model")
