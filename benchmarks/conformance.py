@@ -464,7 +464,6 @@ def _compare_detections(out, ref, tol: float, float64_ref: Optional[Callable] = 
     order among them decides which overlapping box NMS keeps, and one rounding difference cascades into another
     set. Eager float32 itself then differs from eager float64 in the same way, so the float64 result is the
     arbiter of what the model computes; a detection matching neither is wrong."""
-    import torch
     worst = {"abs": 0.0, "rel": 0.0, "problem": None, "detections": sum(len(r["scores"]) for r in ref)}
     if worst["detections"] == 0:  # both sides empty would "match" whatever the compiled model computes
         return {**worst, "problem": "eager gave no detection, so the comparison checks nothing: lower the score "
