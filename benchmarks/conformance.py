@@ -4,7 +4,7 @@
     .venv/bin/python benchmarks/conformance.py --device cuda --dtype float16     # on a GPU
     .venv/bin/python benchmarks/conformance.py --models resnet18,tv_retinanet --budget-min 30
     .venv/bin/python benchmarks/conformance.py --list
-    .venv/bin/python benchmarks/conformance.py --models timm_ghostnet_100,tv_regnet_x_400mf   # any other classifier
+    .venv/bin/python benchmarks/conformance.py --models timm_ghostnet_100,tv_regnet_x_400mf@96   # any classifier
 
 Models come from torchvision (classifiers, detectors, segmentation, video) and timm, with random weights (nothing
 is downloaded) at small input sizes where a model allows. Each model runs in its own subprocess under a time
@@ -311,20 +311,24 @@ CASES_BY_NAME = {c.name: c for c in CASES}
 def case_for(name: str) -> Optional[Case]:
     """The suite's case of that name, else any other classifier timm or torchvision has (``timm_<name>``,
     ``tv_<name>``), so that a model nobody listed is checked the same way: timm's at its fixed input size where it
-    has one, else 64x64 as the suite's; torchvision's at 64x64."""
+    has one, else 64x64 as the suite's; torchvision's at 64x64; ``@<size>`` after the name sets the size."""
     if name in CASES_BY_NAME:
         return CASES_BY_NAME[name]
-    source, _, model = name.partition("_")
-    if source == "timm" and model:
+    base, _, size = name.partition("@")
+    source, _, model = base.partition("_")
+    if not model or (size and not size.isdigit()):
+        return None
+    if source == "timm":
         import timm
         if model in timm.list_models():
             cfg = timm.get_pretrained_cfg(model, allow_unregistered=True)
             fixed = cfg is not None and cfg.fixed_input_size
-            return _timm(model, size=cfg.input_size[-1] if fixed else 64)
-    if source == "tv" and model:
+            case = _timm(model, size=int(size or (cfg.input_size[-1] if fixed else 64)))
+            return dataclasses.replace(case, name=name)
+    if source == "tv":
         import torchvision
         if model in torchvision.models.list_models(module=torchvision.models):
-            return _tv(model)
+            return dataclasses.replace(_tv(model, size=int(size or 64)), name=name)
     return None
 
 # Short notes for rows whose numbers need context beyond the report (filled in from what runs showed).
@@ -1048,7 +1052,7 @@ def select(spec: str) -> list[Case]:
         if not hits:
             raise SystemExit(f"unknown model {pat!r}: not in the suite (--list shows its names), and neither a "
                              f"timm model ('timm_<name>', timm.list_models()) nor a torchvision classifier "
-                             f"('tv_<name>', torchvision.models.list_models())")
+                             f"('tv_<name>', torchvision.models.list_models()), optionally with an input size ('@96')")
         out += [c for c in hits if c not in out]
     return out
 

@@ -289,5 +289,8 @@ def test_a_model_outside_the_suite_is_selected_by_its_library_name():
     model, (x,) = regnet.make()
     assert type(model).__name__ == "RegNet" and tuple(x.shape) == (1, 3, 64, 64)
     assert conformance.case_for("tv_regnet_x_400mf").name == "tv_regnet_x_400mf"  # what the worker looks up
+    sized, = conformance.select("timm_inception_v4@96")  # its 64x64 is too small for eager itself
+    assert (sized.name, sized.input) == ("timm_inception_v4@96", "1x3x96x96")
+    assert conformance.case_for("timm_inception_v4@96").input == "1x3x96x96"
     with pytest.raises(SystemExit, match="neither a timm model"):
         conformance.select("timm_no_such_model")
