@@ -1,9 +1,9 @@
 """What a delegated gather does on the CUDA provider with an index out of range (README, 'Fallbacks'): ONNX
 Runtime's CUDA gather kernel cannot raise. Run on a GPU machine with onnxruntime-gpu; prints one line per op.
 
-Session 35, H100, tree e2da139 with this script (`gpu_stage_env` of scripts/gpu_stage_env.sh): for each op the in-range call
-matched eager and index -1 gave the last row ([73, 75, 77, 79]) with 0 ops delegated: placement (measured on a
-GPU) kept the graph on Inductor, whose CUDA code reads a negative index from the end; eager asserts."""
+Session 35, H100, tree e2da139 with this script (`gpu_stage_env` of scripts/gpu_stage_env.sh): for each op the
+in-range call matched eager and index -1 gave the last row ([73, 75, 77, 79]) with 0 ops delegated: placement
+(measured on a GPU) kept the graph on Inductor, whose CUDA code reads a negative index from the end; eager asserts."""
 import torch
 import hybrid_trt  # noqa: F401 - registers the backend
 
