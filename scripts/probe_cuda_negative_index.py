@@ -33,7 +33,8 @@ for op in ("embedding", "index_select", "gather"):
         try:
             got = compiled(bad)
             torch.cuda.synchronize()
-            print(f"{op}: in-range call matches eager: {same}; the row read for index -1 is {got.reshape(-1, 4)[0].tolist()} "
+            row = got.reshape(-1, 4)[0].tolist()
+            print(f"{op}: in-range call matches eager: {same}; the row read for index -1 is {row} "
                   f"(eager: device-side assert); delegated: {hybrid_trt.last_report().delegated_op_count} ops")
         except Exception as e:  # noqa: BLE001
             print(f"{op}: in-range call matches eager: {same}; index -1 raises {type(e).__name__}: {str(e)[:160]}")
