@@ -3,29 +3,24 @@ Runtime's CUDA gather kernel cannot raise. Run on a GPU machine with onnxruntime
 
 Session 35, H100, tree e2da139 with this script (`gpu_stage_env` of scripts/gpu_stage_env.sh): for each op the
 in-range call matched eager and index -1 gave the last row ([73, 75, 77, 79]) with 0 ops delegated: placement
-(measured on a GPU) kept the graph on Inductor, whose CUDA code reads a negative index from the end; eager asserts."""
+(measured on a GPU) kept the graph on Inductor, whose CUDA code reads a negative index from the end; eager asserts.
+That run used its own copy of the model, without the ReLU, which changes nothing for a non-negative table."""
+import os
+import sys
+
 import torch
+
 import hybrid_trt  # noqa: F401 - registers the backend
 
-
-class Reads(torch.nn.Module):
-    def __init__(self, op):
-        super().__init__()
-        self.op, self.table = op, torch.nn.Parameter(torch.arange(40.0).reshape(10, 4))
-
-    def forward(self, ids):
-        if self.op == "embedding":
-            read = torch.nn.functional.embedding(ids, self.table)
-        elif self.op == "index_select":
-            read = self.table.index_select(0, ids.flatten())
-        else:
-            read = self.table.gather(0, ids.reshape(-1, 1).expand(-1, 4))
-        return read * 2 + 1
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+from test_lowerings import _NegativeIndexReads  # noqa: E402 - the CPU test's model
 
 
 for op in ("embedding", "index_select", "gather"):
     torch._dynamo.reset()
-    model = Reads(op).cuda().eval()
+    model = _NegativeIndexReads(op).eval()
+    model.table.data = torch.arange(40.0).reshape(10, 4)  # row i reads 8i+1 .. 8i+7 through the model's * 2 + 1
+    model = model.cuda()
     compiled = torch.compile(model, backend="hybrid_trt", options={"min_block_size": 1})
     ok, bad = torch.tensor([[1, 2, 3, 4]], device="cuda"), torch.tensor([[-1, 2, 3, 4]], device="cuda")
     with torch.no_grad():
