@@ -331,6 +331,7 @@ def case_for(name: str) -> Optional[Case]:
             return dataclasses.replace(_tv(model, size=int(size or 64)), name=name)
     return None
 
+
 # Short notes for rows whose numbers need context beyond the report (filled in from what runs showed).
 # Explanations written by hand for rows the verdict cannot explain itself, by (device, model): kept in the script so
 # that --update, which re-renders the table from the JSON rows, keeps them.
@@ -1056,8 +1057,8 @@ def select(spec: str) -> list[Case]:
     out = []
     for pat in spec.split(","):
         hits = [c for c in CASES if fnmatch.fnmatch(c.name, pat) or c.name in (pat, f"tv_{pat}", f"timm_{pat}")]
-        if not hits and case_for(pat) is not None:
-            hits = [case_for(pat)]
+        if not hits and (case := case_for(pat)) is not None:
+            hits = [case]
         if not hits:
             raise SystemExit(f"unknown model {pat!r}: not in the suite (--list shows its names), and neither a "
                              f"timm model ('timm_<name>', timm.list_models()) nor a torchvision classifier "
