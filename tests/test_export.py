@@ -504,7 +504,7 @@ def test_a_partition_with_engines_per_listed_shape_is_named_at_export(tmp_path, 
 
 def test_a_bounded_dim_exports_one_engine_for_its_range(tmp_path, capfd):
     from torch.export import Dim
-    from hybrid_trt.engines.runtime import EngineNotInPackage
+    from hybrid_trt import EngineNotInPackage  # the documented name (it was only in hybrid_trt.engines.runtime)
     model = _mlp()
     path = hybrid_trt.export(model, (torch.randn(2, 4),), path=tmp_path / "b.pkg", options={"min_block_size": 1},
                              dynamic_shapes={"input": {0: Dim("b", min=1, max=64)}})
@@ -1119,8 +1119,7 @@ def test_an_adaptive_pool_keeps_a_listed_dimension_dynamic_and_its_range_checked
         x = torch.randn(1, 3, h, 8)
         with torch.no_grad():
             torch.testing.assert_close(loaded(x), model(x), rtol=1e-4, atol=1e-5)
-    from hybrid_trt.engines.runtime import EngineNotInPackage
-    with pytest.raises(EngineNotInPackage, match=r"outside the exported range \[8\.\.16\]"):
+    with pytest.raises(hybrid_trt.EngineNotInPackage, match=r"outside the exported range \[8\.\.16\]"):
         loaded(torch.randn(1, 3, 40, 8))
 
 

@@ -5,5 +5,7 @@ returns a callable; ``hybrid-trt`` (``cli.py``) exports, inspects, verifies and 
 """
 from .api import DeployedModel, ExportError, export, load
 from .package import EXIT_CODES, PackageError
+from ..engines.runtime import BuildInDeployMode, EngineNotInPackage  # what a loaded package raises
 
-__all__ = ["export", "load", "DeployedModel", "ExportError", "PackageError", "EXIT_CODES"]
+__all__ = ["export", "load", "DeployedModel", "ExportError", "PackageError", "EXIT_CODES",
+           "EngineNotInPackage", "BuildInDeployMode"]

@@ -4,14 +4,14 @@
                       [--dynamic NAME:DIM[=[SYMBOL:]MIN:MAX]]
                       [--option KEY=VALUE]
     hybrid-trt inspect PATH [--json]
-    hybrid-trt verify PATH [--json] [--[no-]cuda-graphs]
-    hybrid-trt bench PATH [--model MODULE:FACTORY] [--iters N] [--[no-]cuda-graphs]
+    hybrid-trt verify PATH [--json] [--[no-]cuda-graphs] [--compare MODULE:FUNCTION] [--import MODULE]
+    hybrid-trt bench PATH [--model MODULE:FACTORY] [--iters N] [--[no-]cuda-graphs] [--import MODULE]
 
 FACTORY is a function of MODULE (an importable module, or a path to a .py file) that returns the model and its
 example inputs (a tensor, or a tuple of tensors and tuples, lists or dicts of tensors). Exit codes: 0 success;
-1 export or bench failed; 2 bad arguments; verify: the first failing check's code (``package.EXIT_CODES``: 3
-manifest, 4 missing file, 5 checksum, 6 version/architecture, 7 reference outputs, 8 a reference shape not
-captured in a CUDA graph).
+1 export or bench failed; 2 bad arguments; verify, and inspect or bench on a package they cannot open: the first
+failing check's code (``package.EXIT_CODES``: 3 manifest, 4 missing file, 5 checksum, 6 version/architecture, 7
+reference outputs, 8 a reference shape not captured in a CUDA graph).
 """
 from __future__ import annotations
 
@@ -95,7 +95,8 @@ def _parser() -> argparse.ArgumentParser:
                        description="Check every file's checksum, this machine's versions and GPU architecture "
                        "against the package's, and run the reference inputs against the stored outputs. Prints "
                        "a verdict per check; exits 0 only when all pass (codes: 3 manifest, 4 missing file, "
-                       "5 checksum mismatch, 6 version/architecture mismatch, 7 reference outputs).")
+                       "5 checksum mismatch, 6 version/architecture mismatch, 7 reference outputs, 8 a reference shape not "
+                       "captured in a CUDA graph).")
     p.add_argument("path", metavar="PATH", help="package directory or .zip/.tar/.tgz file")
     p.add_argument("--json", action="store_true", help="print the verdicts as JSON")
     p.add_argument("--cuda-graphs", action=argparse.BooleanOptionalAction, default=None,
