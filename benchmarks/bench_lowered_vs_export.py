@@ -51,7 +51,7 @@ runtimes = sorted((REGISTRY.live[k] for k in set(REGISTRY.live.keys()) - before)
 parts = []
 for k, rt in enumerate(runtimes):
     engine = getattr(rt._static_engine, "__self__", rt._static_engine)
-    shapes = [tuple(s) for _n, s, _d in engine._inputs]
+    shapes = [tuple(i.shape) for i in engine._session.get_inputs()]  # a static engine: every dim a number
     inputs = [torch.randn(s) for s in shapes]
     # the target the runtime lowered for (ORT_CPU here), where the tree has one
     target = {"target": rt.lowering_target} if hasattr(rt, "lowering_target") else {}

@@ -274,7 +274,8 @@ def _bind_fresh(engine):
     import torch
     from hybrid_trt.delegates.onnxruntime_delegate import _torch_dtype
     binding, held = engine._session.io_binding(), []
-    for (name, shape, _np), info in zip(engine._inputs, engine._session.get_inputs()):
+    for (name, _np), info in zip(engine._inputs, engine._session.get_inputs()):
+        shape = list(info.shape)  # a static engine: every dim a number
         t = torch.randn(shape).to(_torch_dtype(info.type))
         binding.bind_input(name, "cpu", 0, _np, shape, t.data_ptr())
         held.append(t)

@@ -869,10 +869,11 @@ class DeployedModel:
         # Partitions with one engine per exported shape: a call at an unlisted size inside the ranges is checked
         # against their engines before AOTInductor runs (engine_check.py).
         self._engines = EngineCheck(self.manifest["inputs"], self.manifest["partitions"])
-        # What each input must be (name, dtype, rank), checked at every call: the compiled code reads an input's
-        # bytes as the dtype it was exported for, so any other dtype would give wrong numbers, not an error.
-        self._expected = [(i["name"], getattr(torch, i["dtype"]), len(self.manifest["shapes"][0][k]))
-                          for k, i in enumerate(self.manifest["inputs"])]
+        # What each input must be (name, dtype, rank, device type), checked at every call: the compiled code reads
+        # an input's bytes as the dtype it was exported for, so any other dtype would give wrong numbers, not an
+        # error.
+        self._expected = [(i["name"], getattr(torch, i["dtype"]), len(self.manifest["shapes"][0][k]),
+                           self.device.type) for k, i in enumerate(self.manifest["inputs"])]
         # One call at a time: AOTInductor's runner holds its own lock while it calls back into Python for the
         # engines (which needs the GIL), so a second thread waiting for that lock with the GIL held deadlocked
         # both. This lock is waited for without the GIL. (The runner ran one call at a time anyway.)
@@ -887,9 +888,9 @@ class DeployedModel:
         if len(inputs) != self._n_inputs:
             raise TypeError(f"the package takes {self._n_inputs} input(s) "
                             f"({', '.join(i['name'] for i in self.manifest['inputs'])}), got {len(inputs)}")
-        for (name, dtype, rank), t in zip(self._expected, inputs):
+        for (name, dtype, rank, device_type), t in zip(self._expected, inputs):
             if not (isinstance(t, torch.Tensor) and t.dtype == dtype and t.dim() == rank
-                    and t.device.type == self.device.type):
+                    and t.device.type == device_type):
                 raise self._wrong_input(name, dtype, rank, t)
         if self._static:
             if tuple(tuple(t.shape) for t in inputs) not in self._listed:

@@ -38,14 +38,16 @@ class DimCheck:
 
     def __init__(self, inputs: Sequence[dict]):
         self._names = [i["name"] for i in inputs]
-        # (input index, dim, kind, value): kind "size" (static) or "symbol" (value: (name, min, max))
+        # (input index, dim, kind, value, where): kind "size" (static) or "symbol" (value: (name, min, max)); where:
+        # the dimension as messages name it (made here: a call that passes its checks builds nothing)
         self._checks = []
         for k, entry in enumerate(inputs):
             for d, spec in enumerate(entry.get("dims") or ()):
+                where = f"input {self._names[k]!r} dimension {d}"
                 if isinstance(spec, int):
-                    self._checks.append((k, d, "size", spec))
+                    self._checks.append((k, d, "size", spec, where))
                 elif "symbol" in spec:
-                    self._checks.append((k, d, "symbol", (spec["symbol"], spec["min"], spec["max"])))
+                    self._checks.append((k, d, "symbol", (spec["symbol"], spec["min"], spec["max"]), where))
         self.active = bool(self._checks)
         # A symbol is named in messages only where dimensions share it (they must be equal); alone, its range
         # says everything, and the name (Dynamo's, e.g. s77) means nothing to a user.
@@ -54,10 +56,9 @@ class DimCheck:
         self._shared = {s for s in symbols if symbols.count(s) > 1}
 
     def problem(self, inputs) -> Optional[str]:
-        seen = {}  # symbol -> (size, where it was first read)
-        for k, d, kind, value in self._checks:
-            size = inputs[k].shape[d]
-            where = f"input {self._names[k]!r} dimension {d}"
+        seen = None  # shared symbol -> (size, where it was first read)
+        for k, d, kind, value, where in self._checks:
+            size = inputs[k].size(d)
             if kind == "size":
                 if size != value:
                     return f"{where} is {size}, but the package was exported with it fixed at {value}"
@@ -66,11 +67,12 @@ class DimCheck:
             if not lo <= size <= hi:
                 named = f" of its size {name}" if name in self._shared else ""
                 return f"{where} is {size}, outside the exported range [{lo}..{hi}]{named}"
-            if name in seen and seen[name][0] != size:
-                first_size, first_where = seen[name]
-                return (f"{where} is {size} and {first_where} is {first_size}, but the package was exported "
-                        f"with both as one size {name} [{lo}..{hi}]: they must be equal")
-            seen.setdefault(name, (size, where))
+            if name in self._shared:
+                seen = {} if seen is None else seen
+                first_size, first_where = seen.setdefault(name, (size, where))
+                if first_size != size:
+                    return (f"{where} is {size} and {first_where} is {first_size}, but the package was exported "
+                            f"with both as one size {name} [{lo}..{hi}]: they must be equal")
         return None
 
     def spec_text(self, inputs: Sequence[dict]) -> str:

@@ -15,7 +15,8 @@ loaded engines without consulting Inductor at all (backend.py, ``_served_directl
 The plan applies only where AOTAutograd's runtime wrapper is the identity (:func:`input_mapping_reason`,
 :func:`aot_wrapper_reason`): no input mutations, no outputs aliasing inputs or intermediates, no effect tokens,
 no functionalized RNG, no tensor subclasses, no dynamic outputs to mark, and the compiled graph's inputs are
-Dynamo's arguments one for one. Never with CUDA graphs, which are Inductor's.
+Dynamo's arguments one for one. Never under Inductor's CUDA-graph trees (``cuda_graph_runner="trees"``), which
+capture Inductor's own callable; the whole runner (whole_graph.py) captures the direct callable itself.
 """
 from __future__ import annotations
 
