@@ -135,7 +135,6 @@ except Exception as e:
 
 
 def _max_err(a, b) -> float:
-    import torch
     a = a if isinstance(a, (tuple, list)) else (a,)
     b = b if isinstance(b, (tuple, list)) else (b,)
     return max(float((x.double() - y.double()).abs().max()) for x, y in zip(a, b))
@@ -251,7 +250,6 @@ def _frame_table(res: dict) -> list:
 
 def _raw_session_ms(runtimes, n: int) -> dict:
     """Median time of the hybrid's ONNX Runtime sessions alone, run on pre-bound inputs and outputs."""
-    import torch
     total, parts = 0.0, 0
     for rt in runtimes:
         engine = getattr(rt._static_engine, "__self__", rt._static_engine)
