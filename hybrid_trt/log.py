@@ -1,6 +1,8 @@
 """The one logger of the package: everything user-visible goes through ``logging.getLogger("hybrid_trt")``."""
 import contextlib
 import logging
+import threading
+import time
 import warnings
 
 logger = logging.getLogger("hybrid_trt")
@@ -50,3 +52,31 @@ def first_line(text: str) -> str:
 def error_text(e: BaseException) -> str:
     """``Type: first line of the message``, at most 300 characters."""
     return f"{type(e).__name__}: {first_line(str(e))}"[:300]
+
+
+# Long work that is ours (an engine build: TensorRT's take minutes) says it is still running, at the default log
+# level, once it has run this long and then at this interval; shorter work says nothing (INFO shows every build).
+SLOW_NOTICE_AFTER_S, SLOW_NOTICE_EVERY_S = 30.0, 60.0
+
+
+@contextlib.contextmanager
+def notice_if_slow(what: str):
+    """While the block runs past ``SLOW_NOTICE_AFTER_S``: "<what>: still running after N s" every
+    ``SLOW_NOTICE_EVERY_S``, and "<what>: done in N s" when it ends (from a watcher thread, so a build that holds
+    the GIL in C code is still reported when it lets go). Nothing is logged for a block that ends sooner."""
+    done, noticed, t0 = threading.Event(), threading.Event(), time.perf_counter()
+
+    def watch(wait: float = SLOW_NOTICE_AFTER_S):
+        while not done.wait(wait):
+            logger.warning("%s: still running after %.0f s", what, time.perf_counter() - t0)
+            noticed.set()
+            wait = SLOW_NOTICE_EVERY_S
+    watcher = threading.Thread(target=watch, name="hybrid_trt-slow-notice", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
+        watcher.join()
+        if noticed.is_set():
+            logger.warning("%s: done in %.0f s", what, time.perf_counter() - t0)

@@ -541,3 +541,32 @@ def test_tensorrt_engine_serialises_calls_from_threads_and_orders_streams(monkey
     current.s = "a"
     engine([torch.randn(4)])
     assert streams["b"].waited == [streams["a"]] and streams["a"].waited == [streams["b"]]
+
+
+def test_a_slow_engine_build_says_it_is_still_running_and_a_fast_one_says_nothing(monkeypatch, caplog):
+    """A TensorRT build takes minutes: past a threshold the build says, at the default log level, that it is still
+    running, and when it is done. Thresholds lowered here; the build is ONNX Runtime's, slowed by a sleep."""
+    import logging
+    import time
+    import hybrid_trt.log as htlog
+    delegate = type(get_delegate("onnxruntime"))
+    build = delegate.build
+    monkeypatch.setattr(htlog, "SLOW_NOTICE_AFTER_S", 0.2)
+    monkeypatch.setattr(htlog, "SLOW_NOTICE_EVERY_S", 0.2)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4)).eval()
+    x = torch.randn(2, 8)
+
+    def compiled_messages():
+        caplog.clear()
+        torch._dynamo.reset()
+        with caplog.at_level(logging.WARNING, logger="hybrid_trt"), torch.no_grad():
+            out = torch.compile(model, backend="hybrid_trt", options={"min_block_size": 1, "cache": False})(x)
+        torch.testing.assert_close(out, model(x))
+        return [r.getMessage() for r in caplog.records if r.name == "hybrid_trt"]
+
+    assert compiled_messages() == []  # a build well under the threshold: nothing
+    monkeypatch.setattr(delegate, "build", lambda self, *a, **k: (time.sleep(0.7), build(self, *a, **k))[1])
+    messages = compiled_messages()
+    running = [m for m in messages if "still running after" in m]
+    assert len(running) >= 2 and all("building the onnxruntime engine for [2x8]" in m for m in running), messages
+    assert messages[-1].startswith(running[0].split(": still running")[0]) and ": done in" in messages[-1], messages

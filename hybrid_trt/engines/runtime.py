@@ -37,7 +37,7 @@ import torch.fx as fx
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from ..delegates import Engine, get_delegate
-from ..log import TORCH_CPP_BUILDER, logger, quiet
+from ..log import TORCH_CPP_BUILDER, logger, notice_if_slow, quiet
 from ..lowerings.to_onnx import lower_partition
 from ..report import EngineRecord, PartitionReport
 from . import ranges as _ranges
@@ -483,10 +483,13 @@ class PartitionRuntime:
         if self.policy.deploy:
             raise BuildInDeployMode(f"{self.name}: deploy mode: refusing to build a {self.delegate.name} engine "
                                     f"for [{signature}]")
-        logger.info("hybrid_trt: %s: building %s engine for [%s] ...", self.name, self.delegate.name, signature)
+        what = f"hybrid_trt: {self.name}: building the {self.delegate.name} engine for [{signature}]"
+        logger.info("%s ...", what)
         try:
-            engine = _outside_graph_pools(self.device, lambda: self.delegate.build(
-                model, out_metas, self.device, self.delegate_options, keep_serialized=self.store.root is not None))
+            keep_serialized = self.store.root is not None
+            with notice_if_slow(what):
+                engine = _outside_graph_pools(self.device, lambda: self.delegate.build(
+                    model, out_metas, self.device, self.delegate_options, keep_serialized=keep_serialized))
         except Exception as e:
             raise DelegateBuildError(f"{self.delegate.name} build failed: {e}") from e
         self._held += 1
