@@ -1198,7 +1198,7 @@ def test_max_pool_after_a_producer_without_minus_inf_skips_the_minus_inf_repair(
 def test_a_mean_over_the_spatial_dims_is_a_global_pool_except_on_onnxruntime_cpu(dims, keepdim):
     """mean over every dim after (N, C) (adaptive_avg_pool2d(x, 1) and squeeze-excitation, as captured) lowers to
     GlobalAveragePool, cuDNN's pool on CUDA, where ReduceMean was slower; ONNX Runtime's CPU provider keeps
-    ReduceMean (the same speed there). Both match eager; bfloat16 and other dims stay ReduceMean."""
+    ReduceMean (the same speed there). Both match eager; other dtypes than float32 and other dims stay ReduceMean."""
     from hybrid_trt.lowerings.context import GENERIC, ORT_CPU
     graph = fx.Graph()
     x = graph.placeholder("input_0")
@@ -1211,8 +1211,9 @@ def test_a_mean_over_the_spatial_dims_is_a_global_pool_except_on_onnxruntime_cpu
         assert op in [n.op_type for n in model.graph.node], (target, [n.op_type for n in model.graph.node])
         actual = torch.from_numpy(_ort_cpu_session(model).run(None, {"input_0": x.numpy()})[0])
         assert_close(actual, gm(x)[0], rtol=1e-6, atol=1e-6, what=f"mean {dims} keepdim={keepdim}, {target}")
-    bf16 = lower_to_onnx(gm, [shape], [torch.bfloat16], target=GENERIC)
-    assert "GlobalAveragePool" not in [n.op_type for n in bf16.graph.node]
+    for dtype in (torch.float16, torch.bfloat16, torch.float64):
+        reduced = lower_to_onnx(gm, [shape], [dtype], target=GENERIC)
+        assert "GlobalAveragePool" not in [n.op_type for n in reduced.graph.node], dtype
     other = fx.Graph()
     y = other.placeholder("input_0")
     other.output((other.call_function(aten.mean.dim, (y, [1, 2], True)),))

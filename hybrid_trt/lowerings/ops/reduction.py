@@ -51,7 +51,9 @@ def lower_mean(ctx, node):
     return _reduce(ctx, "ReduceMean", x, dim, keepdim, ctx.dtype(node))
 
 
-_POOL_DTYPES = (torch.float32, torch.float16)  # ONNX Runtime's CUDA pools have no bfloat16 kernel
+# float32 alone: where it was measured. float16 keeps ReduceMean, whose CUDA kernel accumulates in float32 (the
+# pool's accumulation over a large plane, and its NHWC form under prefer_nhwc, were not checked on a GPU).
+_POOL_DTYPES = (torch.float32,)
 
 
 def _over_spatial_dims(ctx, x, dim) -> bool:
