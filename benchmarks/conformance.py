@@ -392,6 +392,14 @@ NOTES: dict[tuple[str, str], str] = {
         "CPU, session 35 (outside the suite): fully delegated, 1.03-1.04x eager and 1.18-1.19x Inductor in two "
         "runs. HYBRID_TRT_PLACEMENT=measured timed delegate 9.45 ms against Inductor 9.07 ms: a near tie (inside "
         "placement's 5% margin), so even measured placement keeps the delegate"),
+    ("cpu", "timm_gmlp_ti16_224"): (
+        "CPU, session 37 (outside the suite): fully delegated; ONNX Runtime's CPU kernels run it slower than "
+        "Inductor's, on its own export too (profile, 2 threads: our partition 30.3 ms per run, the torch.onnx "
+        "export 30.2 ms; Gemm 10.8 and 15.5 ms of it). HYBRID_TRT_PLACEMENT=measured: delegate 26.8 ms, Inductor "
+        "22.7 ms per call, kept on Inductor. The CPU default times nothing (README, 'Measured placement')"),
+    ("cpu", "timm_flexivit_small"): (
+        "CPU, session 37 (outside the suite): fully delegated, 1.00x eager and 1.02x Inductor, a tie. "
+        "HYBRID_TRT_PLACEMENT=measured timed delegate 53.8 ms against Inductor 57.5 ms and kept the delegate"),
 }
 
 
