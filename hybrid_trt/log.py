@@ -30,18 +30,24 @@ def quiet(*names: str, level: int = logging.ERROR):
             lg.setLevel(lvl)
 
 
-# torch 2.11's pytree deprecates LeafSpec and warns when torch.export's programs are copied: "FutureWarning:
-# `isinstance(treespec, LeafSpec)` is deprecated, use ..." (every export on the GPU machine, session 32). torch's
-# own code, nothing the user can change; other FutureWarnings still show.
-_TORCH_FUTURE_NOISE = (r"`?isinstance\(treespec, LeafSpec\)` is deprecated",)
+# torch's notices about its own internals, which the user cannot act on, each matched narrowly:
+# - torch 2.11's pytree deprecates LeafSpec and warns when torch.export's programs are copied: "FutureWarning:
+#   `isinstance(treespec, LeafSpec)` is deprecated, use ..." (every export on the GPU machine, session 32);
+# - non-strict torch.export warns that "The tensor attributes self.lstm._flat_weights[0], ... were assigned during
+#   export" for every nn.LSTM/GRU/RNN (torch's RNN modules reassign their flat weight list in forward; session
+#   37). Only a message naming RNN flat weights alone is dropped: a model's own attribute assigned in forward is
+#   named and shows.
+_TORCH_NOISE = ((r"`?isinstance\(treespec, LeafSpec\)` is deprecated", FutureWarning),
+                (r"The tensor attributes (?:[\w.\[\]]+\._flat_weights\[\d+\](?:, )?)+ were assigned during export",
+                 UserWarning))
 
 
-def ignore_torch_future_noise() -> None:
-    """Filters for torch's deprecation notices about its own internals (above), installed once when export's module
-    is imported: one narrow filter per message for the process (a ``catch_warnings`` block around each export
-    would not be thread-safe, and would drop filters other threads add meanwhile)."""
-    for message in _TORCH_FUTURE_NOISE:
-        warnings.filterwarnings("ignore", message=message, category=FutureWarning)
+def ignore_torch_noise() -> None:
+    """Filters for torch's notices about its own internals (above), installed once when export's module is
+    imported: one narrow filter per message for the process (a ``catch_warnings`` block around each export would
+    not be thread-safe, and would drop filters other threads add meanwhile)."""
+    for message, category in _TORCH_NOISE:
+        warnings.filterwarnings("ignore", message=message, category=category)
 
 
 def first_line(text: str) -> str:

@@ -35,7 +35,7 @@ from ..capture.bounds import finite
 from ..engines import ranges as _ranges
 from ..engines.op import run_surfacing_failures
 from ..inductor_fixes import inductor_defects_avoided
-from ..log import SYMBOLIC_SHAPES, TORCH_CPP_BUILDER, ignore_torch_future_noise, logger, quiet
+from ..log import SYMBOLIC_SHAPES, TORCH_CPP_BUILDER, ignore_torch_noise, logger, quiet
 from ..plugins import registry as plugin_registry
 from . import custom_ops
 from . import package as pkg
@@ -45,7 +45,7 @@ from .input_dims import DimCheck, describe as describe_dims
 from .package import PackageError
 from .reference_check import DEFAULT_ATOL, DEFAULT_RTOL, ComparisonError, OutputCheck
 
-ignore_torch_future_noise()
+ignore_torch_noise()
 
 # Engines of a package are never evicted from its store.
 _NO_EVICTION = 1 << 62
