@@ -25,7 +25,8 @@ from .capture.preserve import inductor_decompositions, preserve_ops
 from .capture import capture_decompositions, needs_gradients, weight_input_indices
 from .plugins.registry import activate_for as activate_plugins_for
 from .inductor_fixes import has_symbolic_sizes, inductor_defects_avoided
-from .log import TORCH_CPP_BUILDER, logger, quiet
+from . import log
+from .log import TORCH_CPP_BUILDER, logger, notice_if_slow, quiet
 from .options import Options, make_options
 from .partitioner import partition_graph
 from .partitioner.capability import NodeKind, classify, declined_for_dtype_or_device, op_name
@@ -68,7 +69,9 @@ def _compile(gm: fx.GraphModule, example_inputs, opts: Options, check_weights: b
     report = new_report()
     try:
         with quiet(TORCH_CPP_BUILDER), inductor_defects_avoided(has_symbolic_sizes(example_inputs)), \
-                torch._inductor.config.patch(opts.inductor_patches):
+                torch._inductor.config.patch(opts.inductor_patches), \
+                notice_if_slow(f"hybrid_trt: compiling graph {report.graph_index} ({len(gm.graph.nodes)} nodes)",
+                               after=log.GRAPH_NOTICE_AFTER_S):
             return _compile_graph(gm, example_inputs, opts, check_weights, report)
     except RestartAnalysis:
         # Dynamo abandons this trace and calls the backend again (with dynamic=True, to specialise a float it had

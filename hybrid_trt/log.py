@@ -63,16 +63,19 @@ def error_text(e: BaseException) -> str:
 # Long work that is ours (an engine build: TensorRT's take minutes) says it is still running, at the default log
 # level, once it has run this long and then at this interval; shorter work says nothing (INFO shows every build).
 SLOW_NOTICE_AFTER_S, SLOW_NOTICE_EVERY_S = 30.0, 60.0
+# A whole graph's compile (partitioning, every engine, Inductor's compile of the rest; a detector's can take minutes
+# on a CPU) says so later: its engine builds already speak for themselves at the threshold above.
+GRAPH_NOTICE_AFTER_S = 120.0
 
 
 @contextlib.contextmanager
-def notice_if_slow(what: str):
-    """While the block runs past ``SLOW_NOTICE_AFTER_S``: "<what>: still running after N s" every
+def notice_if_slow(what: str, after: "float | None" = None):
+    """While the block runs past ``after`` (``SLOW_NOTICE_AFTER_S`` unless given): "<what>: still running after N s" every
     ``SLOW_NOTICE_EVERY_S``, and "<what>: done in N s" when it ends (from a watcher thread, so a build that holds
     the GIL in C code is still reported when it lets go). Nothing is logged for a block that ends sooner."""
     done, noticed, t0 = threading.Event(), threading.Event(), time.perf_counter()
 
-    def watch(wait: float = SLOW_NOTICE_AFTER_S):
+    def watch(wait: float = SLOW_NOTICE_AFTER_S if after is None else after):
         while not done.wait(wait):
             logger.warning("%s: still running after %.0f s", what, time.perf_counter() - t0)
             noticed.set()

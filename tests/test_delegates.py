@@ -571,3 +571,28 @@ def test_a_slow_engine_build_says_it_is_still_running_and_a_fast_one_says_nothin
     running = [m for m in messages if "still running after" in m]
     assert len(running) >= 2 and all("building the onnxruntime engine for [2x8]" in m for m in running), messages
     assert messages[-1].startswith(running[0].split(": still running")[0]) and ": done in" in messages[-1], messages
+
+
+def test_a_slow_graph_compile_says_it_is_still_running(monkeypatch, caplog):
+    """A whole graph's compile (a detector's takes minutes on a CPU) says it is still running past its own, later
+    threshold, naming the graph, even when no single engine build is slow enough to speak. Thresholds lowered here;
+    the compile is slowed by a sleep in the engine build."""
+    import logging
+    import time
+    import hybrid_trt.log as htlog
+    delegate = type(get_delegate("onnxruntime"))
+    build = delegate.build
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4)).eval()
+    x = torch.randn(2, 8)
+    monkeypatch.setattr(htlog, "SLOW_NOTICE_AFTER_S", 60.0)  # no engine build speaks
+    monkeypatch.setattr(htlog, "GRAPH_NOTICE_AFTER_S", 0.2)
+    monkeypatch.setattr(htlog, "SLOW_NOTICE_EVERY_S", 0.2)
+    monkeypatch.setattr(delegate, "build", lambda self, *a, **k: (time.sleep(0.7), build(self, *a, **k))[1])
+    torch._dynamo.reset()
+    with caplog.at_level(logging.WARNING, logger="hybrid_trt"), torch.no_grad():
+        out = torch.compile(model, backend="hybrid_trt", options={"min_block_size": 1, "cache": False})(x)
+    torch.testing.assert_close(out, model(x))
+    messages = [r.getMessage() for r in caplog.records if r.name == "hybrid_trt"]
+    running = [m for m in messages if "still running after" in m]
+    assert running and all(m.startswith("hybrid_trt: compiling graph ") for m in running), messages
+    assert "nodes): done in" in messages[-1], messages
