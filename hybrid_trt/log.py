@@ -70,9 +70,10 @@ GRAPH_NOTICE_AFTER_S = 120.0
 
 @contextlib.contextmanager
 def notice_if_slow(what: str, after: "float | None" = None):
-    """While the block runs past ``after`` (``SLOW_NOTICE_AFTER_S`` unless given): "<what>: still running after N s" every
-    ``SLOW_NOTICE_EVERY_S``, and "<what>: done in N s" when it ends (from a watcher thread, so a build that holds
-    the GIL in C code is still reported when it lets go). Nothing is logged for a block that ends sooner."""
+    """While the block runs past ``after`` (``SLOW_NOTICE_AFTER_S`` unless given): "<what>: still running after
+    N s" every ``SLOW_NOTICE_EVERY_S``, and "<what>: done in N s" when it ends (from a watcher thread, so a build
+    that holds the GIL in C code is still reported when it lets go). Nothing is logged for a block that ends
+    sooner."""
     done, noticed, t0 = threading.Event(), threading.Event(), time.perf_counter()
 
     def watch(wait: float = SLOW_NOTICE_AFTER_S if after is None else after):
