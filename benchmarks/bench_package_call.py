@@ -5,7 +5,7 @@
 Each model is exported once (``hybrid_trt.export``, default options) and loaded once; the same ``DeployedModel``
 is then timed with two callables behind it, alternating per round: ``AOTICompiledModel.__call__`` (which flattens
 the arguments and unflattens the outputs by their treespecs at every call; what a package called before
-``export/api.py``'s ``_flat_call``) and ``_flat_call``'s ``boxed_run`` on the input tensors (what it calls now).
+``export/deploy.py``'s ``_flat_call``) and ``_flat_call``'s ``boxed_run`` on the input tensors (what it calls now).
 ``conv`` is one 3x3 convolution on a 1x3x16x16 input (the call's fixed cost dominates); ``resnet18`` the
 example ResNet-18 at 1x3x224x224 (``examples/models.py``). Medians of per-round medians; the difference is what
 each call saves. The table goes to stdout and, with --out, to a Markdown file with the machine and commit.
@@ -48,12 +48,12 @@ def run(name: str, rounds: int, iters: int, workdir: str) -> dict:
     import torch
     import hybrid_trt
     from hybrid_trt.engines.op import run_surfacing_failures
-    from hybrid_trt.export import api
+    from hybrid_trt.export import deploy
     model, x = _model(name)
     path = hybrid_trt.export(model, (x,), path=os.path.join(workdir, f"{name}.pkg"))
     loaded = hybrid_trt.load(path)
     calls = {"AOTInductor's call": functools.partial(run_surfacing_failures, loaded._aoti),
-             "boxed_run (now)": functools.partial(run_surfacing_failures, api._flat_call(loaded._aoti))}
+             "boxed_run (now)": functools.partial(run_surfacing_failures, deploy._flat_call(loaded._aoti))}
     assert calls["boxed_run (now)"].args[0] is not loaded._aoti, "the loader's boxed_run is not used here"
     times = {k: [] for k in calls}
     with torch.no_grad():

@@ -15,7 +15,7 @@ import torch
 
 import hybrid_trt
 from hybrid_trt import cudagraphs
-from hybrid_trt.export import api
+from hybrid_trt.export import deploy
 
 from _helpers import assert_close
 from test_cuda_graphs import _check, _count_runs, _cuda_model, _tol, cuda_only
@@ -66,7 +66,7 @@ def test_export_records_the_verdict_and_a_cpu_package_runs_uncaptured_with_one_w
 def test_a_package_without_a_recorded_verdict_runs_uncaptured_and_says_to_export_again(hybrid_logs):
     run = object()
     for manifest in ({}, {"cuda_graphs": {}}, {"cuda_graphs": {"reasons": "yes"}}):
-        got, record = api._replayed(run, manifest, "old.pkg")
+        got, record = deploy._replayed(run, manifest, "old.pkg")
         assert got is run and record.status == "not captured"
         assert "does not say whether its graph can be captured" in record.reasons[0] and "export it again" in \
             record.reasons[0]
@@ -79,8 +79,8 @@ def test_a_capturable_package_replays_through_the_runner(cleared_package, stand_
     model, path = cleared_package
     assert hybrid_trt.load(path).manifest["cuda_graphs"] == {"reasons": [], "placed_for_replay": False}
     threaded = []
-    load_aoti = api._load_aoti
-    monkeypatch.setattr(api, "_load_aoti", lambda *a, **k: threaded.append(k) or load_aoti(*a, **k))
+    load_aoti = deploy._load_aoti
+    monkeypatch.setattr(deploy, "_load_aoti", lambda *a, **k: threaded.append(k) or load_aoti(*a, **k))
     loaded = hybrid_trt.load(path, cuda_graphs=True)
     assert threaded == [{"single_threaded": True}]
     assert loaded.cuda_graphs.status.startswith("captured whole") and loaded.cuda_graphs.reasons == []
@@ -186,13 +186,13 @@ def test_the_package_is_called_through_its_loaders_boxed_run(cpu_package, monkey
             boxed.append(len(inputs))
             return real.boxed_run(inputs)
     monkeypatch.setattr(loaded._aoti, "loader", Loader())
-    call = api._flat_call(loaded._aoti)
+    call = deploy._flat_call(loaded._aoti)
     x = torch.randn(1, 3, 16, 16)
     with torch.no_grad():
         assert_close(call(x)[0], model(x), 1e-5, 1e-5, what="boxed_run")
     assert boxed == [1]
     no_loader = object()
-    assert api._flat_call(no_loader) is no_loader
+    assert deploy._flat_call(no_loader) is no_loader
 
 
 def test_inspect_says_and_bench_loads_with_cuda_graphs(cpu_package, capsys):
@@ -247,7 +247,7 @@ def test_a_fresh_process_verifies_a_cuda_package(tmp_path, delegated):
     """``hybrid-trt verify`` in a fresh process, whose first CUDA work is loading the package. On an H100
     (sessions 32-33) the example detector exported in float16 made ``hybrid_trt.load`` (and torch's own
     ``aoti_load_package``) segfault inside AOTInductor's package loader in such a process, unless the system's
-    C++ runtime was loaded first (export/api.py ``_cxx_runtime_loaded``). That package, with no engine (nothing
+    C++ runtime was loaded first (export/deploy.py ``_cxx_runtime_loaded``). That package, with no engine (nothing
     delegated) and with engines."""
     import os
     import pathlib

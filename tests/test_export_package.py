@@ -462,7 +462,7 @@ def test_both_front_ends_give_the_partitioner_the_same_graph():
 def test_load_on_a_device_that_cannot_run_the_package_names_the_right_ones(package, device):
     """A CPU package asked to load on "meta" told the user to export with inputs on meta; on CUDA, to export on
     CUDA. Both are environment failures that say what the package runs on."""
-    from hybrid_trt.export.api import _load_device
+    from hybrid_trt.export.deploy import _load_device
     manifest = pkg.open_package(package).manifest
     with pytest.raises(pkg.PackageError, match="cpu") as e:
         _load_device(manifest, device)

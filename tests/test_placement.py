@@ -618,14 +618,14 @@ def test_loading_against_the_calls_a_package_was_placed_for_warns(hybrid_logs, d
     """Whether load replays a package (asked, or by default what it was exported for where it can be captured),
     and one warning where a GPU package placed by measurement runs the other way than it was placed for: not for
     placement "delegate" (nothing timed), a CPU package, or a run as placed for."""
-    from hybrid_trt.export import api
+    from hybrid_trt.export import deploy
     for exported_for in (False, True):
         hybrid_logs.clear()
         manifest = {"options": {"placement": placement_option},
                     "cuda_graphs": {"reasons": [] if capturable else ["a CPU op"], "placed_for_replay": exported_for}}
         pick = {"other": not exported_for, "same": exported_for, None: None}
         want = pick[replays] if replays in pick else replays
-        assert api._replays(manifest, torch.device(device), pick[asked], "p.pkg") is want
+        assert deploy._replays(manifest, torch.device(device), pick[asked], "p.pkg") is want
         warned = [r.getMessage() for r in hybrid_logs.records if r.name.startswith("hybrid_trt")]
         expect = (want != exported_for) if warns is None else warns
         assert len(warned) == int(expect), warned

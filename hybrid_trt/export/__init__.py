@@ -3,7 +3,8 @@
 ``hybrid_trt.export(model, example_inputs, ..., path=...)`` writes the package; ``hybrid_trt.load(path)``
 returns a callable; ``hybrid-trt`` (``cli.py``) exports, inspects, verifies and benchmarks packages.
 """
-from .api import DeployedModel, ExportError, export, load
+from .api import ExportError, export
+from .deploy import DeployedModel, load
 from .package import EXIT_CODES, PackageError
 from ..engines.runtime import BuildInDeployMode, EngineNotInPackage  # what a loaded package raises
 

@@ -563,7 +563,8 @@ def verify(path, cuda_graphs: Optional[bool] = None, compare: Optional[Callable]
 
 def _check_reference(package, cuda_graphs: bool, compare: Optional[Callable]) -> list:
     import torch
-    from .api import load, _flat_outputs
+    from .api import _flat_outputs
+    from .deploy import load
     from .package import Check
     from .reference_check import DEFAULT_ATOL, DEFAULT_RTOL, ComparisonError, OutputCheck
     m = package.manifest
@@ -637,7 +638,7 @@ def _verify(args) -> int:
 
 def _bench(args) -> int:
     import torch
-    from .api import load
+    from .deploy import load
     from .package import PackageError
     if args.iters < 1 or args.warmup < 0:
         raise UsageError("--iters must be >= 1 and --warmup >= 0")

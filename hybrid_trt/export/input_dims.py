@@ -94,3 +94,8 @@ class DimCheck:
         shared = sorted(self._shared)
         note = f" (dimensions sized by one symbol, {', '.join(shared)}, must be equal)" if shared else ""
         return ", ".join(parts) + note
+
+
+def shapes_text(case) -> str:
+    """Input shapes as messages write them: ``[1x3x224x224, 1x5]``."""
+    return "[" + ", ".join("x".join(map(str, t.shape)) for t in case) + "]"

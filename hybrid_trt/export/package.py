@@ -40,6 +40,7 @@ MANIFEST_DIGEST = "manifest.json.sha256"  # the manifest's own sha256 (it lists 
 AOTI_PACKAGE = "model.pt2"
 ENGINES = "engines"
 REFERENCE = "reference"
+NO_EVICTION = 1 << 62  # the size bound of a package's engine store: its engines are never evicted
 # Written by the engine store on use (its mtime is the last use); not content.
 _UNTRACKED = frozenset({"last_used"})
 
