@@ -224,7 +224,8 @@ def export(model: torch.nn.Module, example_inputs, *, dynamic_shapes=None, shape
         # that shape's engines of the symbolic partitions), writing the package
         total = len(static) + 1 + len(cases) + 1
         done = len(static)
-        progress(f"{len(static)} static engine(s) built; compiling the rest with AOTInductor", done, total)
+        progress((f"{len(static)} engine(s) built; " if static else "") + "compiling the rest with AOTInductor",
+                 done, total)  # (a symbolic partition's engines are built at the first run of a listed shape)
         program = _reexport(stitched, capture, export_args)
         try:
             with quiet(TORCH_CPP_BUILDER), inductor_defects_avoided(dynamic_shapes is not None):
