@@ -360,6 +360,37 @@ def test_fast_path_transformer_encoder_delegates(norm_first, activation):
     assert "hybrid_trt.attention.default" in ops, report.table()
 
 
+
+class _TokenClassifier(nn.Module):
+    """A text-style head on token ids: an int64 input, an embedding gather, a fast-path encoder, a mean."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(100, 32)
+        layer = nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+        self.head = nn.Linear(32, 5)
+
+    def forward(self, ids):
+        return self.head(self.encoder(self.embed(ids)).mean(1))
+
+
+def test_token_ids_with_dynamic_lengths_delegate_and_match_eager():
+    """Integer inputs feeding an embedding, with ``dynamic=True`` over batch and sequence length: every op is
+    delegated (the gather included), one graph serves every length, and each matches eager."""
+    torch.manual_seed(0)
+    model = _TokenClassifier().eval()
+    before = len(hybrid_trt.reports())
+    compiled = torch.compile(model, backend="hybrid_trt", dynamic=True, options={"strict": True})
+    with torch.no_grad():
+        for shape in [(2, 7), (3, 9), (2, 12)]:
+            ids = torch.randint(0, 100, shape)
+            assert_close(compiled(ids), model(ids), rtol=1e-4, atol=1e-4)
+    reports = hybrid_trt.reports()[before:]
+    assert len(reports) == 1, [r.table() for r in reports]  # one graph for every length
+    assert not reports[0].inductor_ops and reports[0].delegated_op_count > 0, reports[0].table()
+    assert [p.status for p in reports[0].partitions] == ["delegated"], reports[0].table()
+
 def _masks(seq: int):
     """The masks a fast-path encoder layer is given: a key padding mask (batch, keys) whose last sequence is all
     padding (a query with every key hidden: NaN in eager), a (queries, keys) attention mask in bool and in float
