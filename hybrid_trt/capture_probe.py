@@ -71,7 +71,7 @@ def _bundle(todo, tmp: str) -> dict:
     """What the child needs: a store holding each partition's entry (the real engine store when it has the
     entry, else a temporary one holding the partition's recipe, from which the child builds), and the shapes."""
     from .engines.key import environment
-    from .engines.runtime import RECIPE, _summary
+    from .engines.runtime import RECIPE, summary_meta
     from .engines.store import EngineStore
     partitions = []
     scratch = None
@@ -85,7 +85,7 @@ def _bundle(todo, tmp: str) -> dict:
                 scratch = EngineStore(os.path.join(tmp, "store"))
             env = environment(runtime.delegate.name, runtime.device)
             meta = runtime._entry_meta(env, {"kind": "symbolic", "device": str(runtime.device),
-                                             "summary": _summary(runtime.report)})
+                                             "summary": summary_meta(runtime.report)})
             scratch.put(runtime.key, {RECIPE: runtime.recipe_bytes()}, meta)
             root = scratch.root
         partitions.append({

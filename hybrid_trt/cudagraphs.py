@@ -41,6 +41,7 @@ import torch.fx as fx
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from .engines import op as _delegate_op
+from .engines.shapes import hint
 from .log import error_text, first_line, logger
 from .report import CudaGraphRecord
 
@@ -174,18 +175,13 @@ def probe_engines(entries, time_replay: bool = False) -> dict:
         return {}
     from .capture_probe import probe_isolated
     with unset_fake_temporarily():
-        return probe_isolated([(rt, [_hinted(m) for m in metas], [_hint(s) for s in sizes])
+        return probe_isolated([(rt, [_hinted(m) for m in metas], [hint(s) for s in sizes])
                                for rt, metas, sizes in entries], time_replay)
-
-
-def _hint(size) -> int:
-    from .engines.runtime import _hint as hint
-    return hint(size)
 
 
 def _hinted(meta: torch.Tensor) -> torch.Tensor:
     """A meta-device stand-in with the size hints of a (possibly symbolic) fake tensor: shape and dtype only."""
-    return torch.empty(tuple(_hint(s) for s in meta.shape), dtype=meta.dtype, device="meta")
+    return torch.empty(tuple(hint(s) for s in meta.shape), dtype=meta.dtype, device="meta")
 
 
 @dataclasses.dataclass(frozen=True)

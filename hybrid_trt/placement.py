@@ -70,7 +70,7 @@ from typing import Callable, Optional, Sequence
 import torch
 
 from .capture.preserve import inductor_decompositions
-from .engines.runtime import hint_shapes
+from .engines.shapes import hint_shapes
 from .log import logger
 from .timing import device_sampler, wall_sampler
 

@@ -27,7 +27,6 @@ import io
 import json
 import threading
 import time
-import warnings
 import weakref
 from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 
@@ -42,6 +41,7 @@ from ..lowerings.to_onnx import lower_partition
 from ..report import EngineRecord, PartitionReport
 from . import ranges as _ranges
 from .key import engine_key, environment
+from .shapes import UnhintedSize, hint_shapes, input_spec, metas_from_json, metas_json, signature_text, size_expr
 from .store import CorruptEntry, EngineStore, Entry, default_cache_dir
 
 RECIPE = "recipe.pt"
@@ -178,7 +178,10 @@ def prepare_runtime(*, name: str, module: fx.GraphModule, delegate: str, delegat
     Lowers the partition to compute its key (a symbolic partition at its size hints); ``loaded``: runtimes this
     compile already loaded by key (from the graph manifest), used instead of loading them again. Raises
     DelegateBuildError when the partition cannot be lowered or built."""
-    shapes, sizes = hint_shapes(input_metas, n_sizes, module)
+    try:
+        shapes, sizes = hint_shapes(input_metas, n_sizes, module)
+    except UnhintedSize as e:
+        raise DelegateBuildError(str(e)) from e
     dtypes = [m.dtype for m in input_metas]
     env = environment(delegate, device)
     t0 = time.perf_counter()
@@ -186,7 +189,7 @@ def prepare_runtime(*, name: str, module: fx.GraphModule, delegate: str, delegat
     with unset_fake_temporarily():  # compile-time builds run under Dynamo's fake mode; lowering needs real weights
         model, out_metas = _lower(module, shapes, dtypes, sizes, target)
     lower_s = time.perf_counter() - t0
-    specs = [_spec(m) for m in input_metas]
+    specs = [input_spec(m) for m in input_metas]
     key = engine_key(model=model, input_specs=specs, delegate=delegate, delegate_options=delegate_options,
                      environment=env)
     if symbolic:
@@ -206,9 +209,9 @@ def prepare_runtime(*, name: str, module: fx.GraphModule, delegate: str, delegat
             if policy.ranges:
                 runtime.prepare_range(input_metas, n_sizes, env)
     else:
-        signature = _signature(shapes, ())
+        signature = signature_text(shapes, ())
         meta = {"kind": "static", "device": str(device), "signature": signature, "input_specs": specs,
-                "summary": _summary(report)}
+                "summary": summary_meta(report)}
         with unset_fake_temporarily():
             runtime.get_or_build_static(model, out_metas, env, meta, signature, lower_s)
     REGISTRY.register(runtime)
@@ -353,7 +356,7 @@ class PartitionRuntime:
             def build():
                 built.append(self._build_engine(model, out_metas, signature))
                 files = {RECIPE: self.recipe_bytes(), **self._engine_files(built[0])}
-                return files, self._entry_meta(env, {**meta, "outputs": _metas_json(out_metas)})
+                return files, self._entry_meta(env, {**meta, "outputs": metas_json(out_metas)})
 
             entry, loaded = self.store.get_or_build(self.key, build, expect_environment=env)
             if loaded:
@@ -371,7 +374,7 @@ class PartitionRuntime:
 
     def load_static(self, entry: Entry, lower_s: float = 0.0, t0: Optional[float] = None) -> None:
         t0 = time.perf_counter() if t0 is None else t0
-        out_metas = _metas_from_json(entry.meta["outputs"])
+        out_metas = metas_from_json(entry.meta["outputs"])
         engine = self._load_engine(entry, out_metas)
         self._set_static(engine, out_metas)
         self._record(entry.meta["signature"], "loaded", lower_s + time.perf_counter() - t0, lower_s)
@@ -381,7 +384,7 @@ class PartitionRuntime:
         t0 = time.perf_counter()
         if self.store.root is not None and self.store.get(self.key) is None:
             meta = self._entry_meta(env, {"kind": "symbolic", "device": str(self.device),
-                                          "summary": _summary(self.report)})
+                                          "summary": summary_meta(self.report)})
             self.store.put(self.key, {RECIPE: self.recipe_bytes()}, meta)
             logger.debug("hybrid_trt: %s recipe stored in %.3f s", self.name, time.perf_counter() - t0)
 
@@ -391,10 +394,10 @@ class PartitionRuntime:
         t0 = time.perf_counter()
         try:
             placeholders = [n for n in self.module.graph.nodes if n.op == "placeholder"]
-            size_exprs = [_expr(n.meta["val"]) for n in placeholders[len(input_metas):len(input_metas) + n_sizes]]
+            size_exprs = [size_expr(n.meta["val"]) for n in placeholders[len(input_metas):len(input_metas) + n_sizes]]
             out_node = next(n for n in self.module.graph.nodes if n.op == "output")
-            out_dims = [[_expr(s) for s in a.meta["val"].shape] for a in out_node.args[0]]
-            plan = _ranges.plan_range([[_expr(s) for s in m.shape] for m in input_metas], out_dims, size_exprs,
+            out_dims = [[size_expr(s) for s in a.meta["val"].shape] for a in out_node.args[0]]
+            plan = _ranges.plan_range([[size_expr(s) for s in m.shape] for m in input_metas], out_dims, size_exprs,
                                       {name: (lo, opt, hi) for name, lo, opt, hi in self.policy.ranges})
             dtypes = [m.dtype for m in input_metas]
             models, out_metas = [], None
@@ -432,7 +435,7 @@ class PartitionRuntime:
                 def build():
                     built.append(self._build_engine(models[0], out_metas, text))
                     meta = {"kind": "range", "partition": self.key, "signature": text, "range": plan.to_json(),
-                            "device": str(self.device), "outputs": _metas_json(out_metas)}
+                            "device": str(self.device), "outputs": metas_json(out_metas)}
                     return self._engine_files(built[0]), self._entry_meta(env, meta)
 
                 entry, loaded = self.store.get_or_build(key, build, expect_environment=env)
@@ -454,7 +457,7 @@ class PartitionRuntime:
         if entry is None or entry.meta.get("kind") != "range" or entry.meta.get("partition") != self.key:
             raise CorruptEntry(f"{self.name}: no engine entry {key} for a range of this partition")
         plan = _ranges.RangePlan.from_json(entry.meta["range"])
-        engine = self._load_engine(entry, _metas_from_json(entry.meta["outputs"]))
+        engine = self._load_engine(entry, metas_from_json(entry.meta["outputs"]))
         self.ranged.append((plan, key, engine))
         self._record(entry.meta["signature"], "loaded", time.perf_counter() - t0, 0.0)
 
@@ -467,7 +470,7 @@ class PartitionRuntime:
         if entry is None or entry.meta.get("kind") != "shape" or entry.meta.get("partition") != self.key:
             raise CorruptEntry(f"{self.name}: no engine entry {key} for an input shape of this partition")
         signature = entry.meta["signature"]
-        self._loaded_shapes[signature] = self._load_engine(entry, _metas_from_json(entry.meta["outputs"]))
+        self._loaded_shapes[signature] = self._load_engine(entry, metas_from_json(entry.meta["outputs"]))
         self._record(signature, "loaded", time.perf_counter() - t0, 0.0)
 
     def _set_static(self, engine: Engine, out_metas) -> None:
@@ -538,7 +541,7 @@ class PartitionRuntime:
                 if memo:
                     self._engines[signature] = lambda ins, _sizes, engine=engine: engine(ins)
                 return engine(inputs)
-        text = _signature(shapes, sizes)
+        text = signature_text(shapes, sizes)
         loaded = self._loaded_shapes.get(text)
         if loaded is not None:
             self._engines[signature] = lambda ins, _sizes, engine=loaded: engine(ins)
@@ -553,7 +556,7 @@ class PartitionRuntime:
         try:
             entry = self.store.get(key, lazy=True)
             if entry is not None:
-                engine = self._load_engine(entry, _metas_from_json(entry.meta["outputs"]))
+                engine = self._load_engine(entry, metas_from_json(entry.meta["outputs"]))
                 self._held += 1
                 outs = engine(inputs)
                 self._record(text, "loaded", time.perf_counter() - t0, 0.0)
@@ -583,7 +586,7 @@ class PartitionRuntime:
         if self.store.root is not None:
             env = environment(self.delegate.name, self.device)
             meta = self._entry_meta(env, {"kind": "shape", "partition": self.key, "signature": text,
-                                          "device": str(self.device), "outputs": _metas_json(out_metas)})
+                                          "device": str(self.device), "outputs": metas_json(out_metas)})
             try:
                 self.store.put(key, self._engine_files(engine), meta)
             except Exception as e:  # noqa: BLE001 - storing is best effort; the engine runs either way
@@ -783,60 +786,11 @@ def _lower(module, shapes, dtypes, sizes, target: str):
         raise DelegateBuildError(f"lowering failed: {e}") from e
 
 
-def _hint(size) -> int:
-    if isinstance(size, int):
-        return size
-    try:  # torch 2.14's names
-        from torch.fx.experimental.symbolic_shapes import guarding_hint_or_throw as hint_int
-        from torch.fx.experimental.symbolic_shapes import has_guarding_hint as has_hint
-    except ImportError:
-        from torch.fx.experimental.symbolic_shapes import has_hint, hint_int
-    if not has_hint(size):
-        raise DelegateBuildError(f"size {size} has no example value (data-dependent): cannot lower")
-    with warnings.catch_warnings():
-        # torch 2.11's hint_int warns of its own rename (FutureWarning "used size_hint instead of hint_int") at
-        # every symbolic partition's compile: torch's API transition, nothing the user can act on.
-        warnings.simplefilter("ignore", FutureWarning)
-        return hint_int(size)
-
-
-def hint_shapes(input_metas, n_sizes: int, module: fx.GraphModule):
-    """The partition's input shapes and size arguments at their traced example values (no guard added)."""
-    shapes = [tuple(_hint(s) for s in m.shape) for m in input_metas]
-    placeholders = [n for n in module.graph.nodes if n.op == "placeholder"]
-    sizes = tuple(_hint(n.meta["val"]) for n in placeholders[len(input_metas):len(input_metas) + n_sizes])
-    return shapes, sizes
-
-
-def _expr(size):
-    """An int, or the sympy expression of a symbolic size (no guard: ``int(SymInt)`` would add one)."""
-    return size if isinstance(size, int) else size.node.expr
-
-
-def _spec(meta: torch.Tensor) -> tuple:
-    """An input spec without forcing symbolic sizes to ints (``int(SymInt)`` would add a guard)."""
-    def text(s):
-        return s if isinstance(s, int) else str(s)
-    return ([text(s) for s in meta.shape], meta.dtype, [text(s) for s in meta.stride()], meta.device)
-
-
-def _signature(shapes, sizes) -> str:
-    text = ", ".join("x".join(map(str, s)) for s in shapes)
-    return text + (f" sizes={list(sizes)}" if sizes else "")
-
-
 def _digest(*parts: Any) -> str:
     return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()
 
 
-def _metas_json(metas) -> list:
-    return [[[int(s) for s in m.shape], str(m.dtype).replace("torch.", "")] for m in metas]
-
-
-def _metas_from_json(data) -> list:
-    return [torch.empty(shape, dtype=getattr(torch, dtype), device="meta") for shape, dtype in data]
-
-
-def _summary(report: PartitionReport) -> dict:
+def summary_meta(report: PartitionReport) -> dict:
+    """What a store entry keeps of its partition's report, for a process that loads it."""
     return {"op_count": report.op_count, "ops": report.ops, "input_shapes": report.input_shapes,
             "output_shapes": report.output_shapes}

@@ -18,6 +18,8 @@ import ast
 import operator
 from typing import Callable, Optional, Sequence
 
+from ..engines.shapes import signature_text
+
 _BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
            ast.Mod: operator.mod, ast.Pow: operator.pow}
 # torch.utils._sympy.functions and sympy names as str() writes them, on ints (sizes are never negative here).
@@ -72,9 +74,7 @@ class _Partition:
     def signature(self, bound: dict) -> str:
         def value(s):
             return s if isinstance(s, int) else _evaluate(s, bound)
-        text = ", ".join("x".join(str(value(s)) for s in shape) for shape in self.shapes)
-        sizes = [value(s) for s in self.sizes]
-        return text + (f" sizes={sizes}" if sizes else "")  # the runtime's signature text (runtime._signature)
+        return signature_text([[value(s) for s in shape] for shape in self.shapes], [value(s) for s in self.sizes])
 
 
 class EngineCheck:
