@@ -10,8 +10,10 @@ from .backend import hybrid_trt_backend
 from .options import Options, make_options, valid_keys
 from .report import CompileReport, last_report, reports
 from .guards import skip_guards_on_baked_weights
-# The functions shadow the subpackage's name on purpose: ``hybrid_trt.export(...)`` / ``hybrid_trt.load(...)``.
-from .export import BuildInDeployMode, EngineNotInPackage, ExportError, PackageError, export, load  # noqa: E402
+# The functions shadow the subpackage's name on purpose: ``hybrid_trt.export(...)`` / ``hybrid_trt.load(...)`` /
+# ``hybrid_trt.verify(...)``.
+from .export import (BuildInDeployMode, EngineNotInPackage, ExportError, PackageError,  # noqa: E402
+                     export, load, verify)
 
 
 def _register() -> None:
@@ -31,6 +33,6 @@ def _register() -> None:
 _register()
 
 __all__ = ["hybrid_trt_backend", "Options", "make_options", "valid_keys", "CompileReport", "reports",
-           "last_report", "export", "load", "ExportError", "PackageError", "EngineNotInPackage", "BuildInDeployMode",
+           "last_report", "export", "load", "verify", "ExportError", "PackageError", "EngineNotInPackage", "BuildInDeployMode",
            "skip_guards_on_baked_weights"]
 __version__ = "0.1.0"

@@ -561,7 +561,7 @@ def test_export_places_for_the_calls_the_package_is_for(tmp_path, monkeypatch, f
     by default. (It used to be refused.) Export's capture verdict is cleared here, as a capturable CUDA package's
     is; a CPU package's own verdict is the next test."""
     from hybrid_trt import cudagraphs
-    from hybrid_trt.export.cli import verify
+    verify = hybrid_trt.verify
     seen = []
     real = placement.place
 
@@ -589,7 +589,8 @@ def test_a_package_for_replays_that_cannot_be_captured_says_so_at_export_and_loa
     """A CPU package exported for CUDA graphs: export warns once that it cannot be captured and what to do; load
     and verify run it uncaptured by default (no failing check for what export already said); inspect shows it was
     exported for replay, not that load replays it."""
-    from hybrid_trt.export.cli import main, verify
+    from hybrid_trt.export import verify
+    from hybrid_trt.export.cli import main
     model, x = Net().eval(), torch.randn(2, 3, 16, 16)
     path = hybrid_trt.export(model, (x,), options={"cuda_graphs": True}, path=str(tmp_path / "pkg"))
     warned = [r.getMessage() for r in hybrid_logs.records if r.name.startswith("hybrid_trt")]

@@ -192,7 +192,7 @@ def export(model: torch.nn.Module, example_inputs, *, dynamic_shapes=None, shape
     try:                                                 # are put back when export ends, whatever happens
         with torch.no_grad():
             to_eval(model)
-            eager = [_flat_outputs(model(*c)) for c in cases]
+            eager = [flat_outputs(model(*c)) for c in cases]
         progress("capturing with torch.export", 0, 1)
         from ..capture.exported import capture_export
         # (torch.export reads the dynamic shapes of a forward(*leaves) as those of one argument)
@@ -242,7 +242,7 @@ def export(model: torch.nn.Module, example_inputs, *, dynamic_shapes=None, shape
                       if symbolic else f"checking input shapes {shapes_text(case)} against eager"), done, total)
             try:
                 with torch.no_grad():
-                    got = _flat_outputs(compiled(*case))
+                    got = flat_outputs(compiled(*case))
             except Exception as e:  # AOTInductor's code (e.g. a kernel its passes chose that this build lacks)
                 first = (str(e).strip().splitlines() or [""])[0]
                 first = first if len(first) <= _LINE_CHARS else f"{first[:_LINE_CHARS]} [...]"
@@ -797,7 +797,7 @@ def _derived_dynamic_shapes(cases: list[tuple], names: list[str]) -> tuple:
     return tuple(spec)
 
 
-def _flat_outputs(out) -> list[torch.Tensor]:
+def flat_outputs(out) -> list[torch.Tensor]:
     leaves = pytree.tree_leaves(out)
     # A Python number (a float constant, a size) has no faithful place in AOTInductor's outputs: a float failed
     # inside its compile, an int came back as a tensor.
