@@ -16,7 +16,10 @@ limit (a crash, a hang or a CUDA device assert is recorded for that model and th
 3. ``torch.compile(model)`` (Inductor, default options), compared with eager too: its error is the yardstick
    for how far a compiled model may legitimately drift from eager on this model;
 4. latency of eager, Inductor and hybrid_trt, timed in interleaved rounds in the same process, so the ratios
-   come from one run.
+   come from one run;
+5. a row slower than both eager and Inductor only: the model compiled again with ``placement="measured"``,
+   checked against eager and timed in new rounds beside the others, so the row says from the same run whether
+   measured placement moves it and what that gives.
 
 A row matches when every output leaf has the eager shape and dtype and its error, relative to the leaf's
 largest magnitude, is within the dtype's tolerance or within twice Inductor's own error. Detection outputs
@@ -655,6 +658,7 @@ def run_worker(name: str, device: str, dtype_name: str, latency_s: float) -> dic
         _stage("hybrid_trt compile (first call)")
         n_reports = len(hybrid_trt.reports())
         counted_from = n_reports  # reports whose op counts and partitions go in the table
+        main_reports_end = None  # set before a follow-up compile, whose reports are not the row's
         hybrid = torch.compile(model, backend="hybrid_trt")
         t0 = time.perf_counter()
         try:
@@ -703,10 +707,46 @@ def run_worker(name: str, device: str, dtype_name: str, latency_s: float) -> dic
                     res["latency_ms"] = _latency(fns, args, sync, latency_s)
                 except Exception as e:
                     res["latency_error"] = _error(e)
+            main_reports_end = len(hybrid_trt.reports())
+            if _slower_than_both(res.get("latency_ms", {})) and taps is None:
+                _measured_follow_up(model, args, ref, fns, res, sync, tol, float64_ref, latency_s)
     # Events recorded after the first calls (fallbacks at run time) are in the same report objects.
-    _collect_reports(res, hybrid_trt.reports()[n_reports:], counted_from - n_reports)
+    _collect_reports(res, hybrid_trt.reports()[n_reports:main_reports_end], counted_from - n_reports)
     res["warnings"] = warnings.messages
     return res
+
+
+def _slower_than_both(lat: dict) -> bool:
+    hy, ea, it = lat.get("hybrid_trt"), lat.get("eager"), lat.get("inductor")
+    return bool(hy and ea and it and hy > ea and hy > it)
+
+
+def _measured_follow_up(model, args, ref, fns: dict, res: dict, sync, tol: float, float64_ref, latency_s: float):
+    """A row slower than both eager and Inductor is compiled once more with ``placement="measured"`` (each
+    partition timed against Inductor's compile of it) and timed again beside the default, eager and Inductor in
+    new interleaved rounds: the row then says, from this run, whether measured placement moves it and what it
+    gives (``res["measured"]``). The default's figures in the table stay those of the first rounds."""
+    import torch
+    import hybrid_trt
+    _stage("placement='measured' compile (slower than eager and Inductor)")
+    n_reports = len(hybrid_trt.reports())
+    measured = torch.compile(model, backend="hybrid_trt", options={"placement": "measured"})
+    follow: dict = {}
+    try:
+        out = measured(*args)
+        sync()
+        result = compare(out, ref, tol, float64_ref)
+        follow["problem"] = result["problem"] or (f"rel err {result['rel']:.2e} > tol {tol:g}"
+                                                  if result["rel"] > tol else None)
+        reports = hybrid_trt.reports()[n_reports:]
+        follow["delegated_ops"] = sum(r.delegated_op_count for r in reports)
+        follow["total_ops"] = sum(r.total_op_count for r in reports)
+        follow["placements"] = [p.placement for r in reports for p in r.partitions if p.placement]
+        _stage("latency with placement='measured'")
+        follow["latency_ms"] = _latency({**fns, "measured": measured}, args, sync, latency_s)
+    except Exception as e:  # noqa: BLE001 - the follow-up only explains the row; its failure is recorded
+        follow["error"] = _error(e)
+    res["measured"] = follow
 
 
 def _recompile_without_taps(model, args, ref, taps: DenseTaps, fns: dict, res: dict, sync, tol: float,
@@ -979,17 +1019,31 @@ def verdict(row: dict) -> tuple[str, str]:
         notes.append(row["latency_note"])
     if "ops_note" in row:
         notes.append(row["ops_note"])
-    hy, ea, it = lat.get("hybrid_trt"), lat.get("eager"), lat.get("inductor")
-    if hy and ea and it and hy > ea and hy > it:
+    if _slower_than_both(lat):
         top = ", ".join(f"{why} ({n})" for why, n in row["reasons"][:2]) or "none"
         notes.append(f"slower than eager and Inductor: {row['delegated_ops']}/{row['total_ops']} ops delegated in "
                      f"{row['partitions']} partition(s) over {row['graphs']} graph(s); rest: {top}")
         if row.get("placements"):
             notes.append("kept by placement: " + "; ".join(row["placements"][:3]))
+        if row.get("measured"):
+            notes.append(_measured_note(row["measured"]))
         status = "slow" if status == "ok" else status
     if (row.get("device"), row["model"]) in NOTES:
         notes.append(NOTES[(row.get("device"), row["model"])])
     return status, "; ".join(notes)
+
+
+def _measured_note(m: dict) -> str:
+    """What the row's placement='measured' follow-up showed (``_measured_follow_up``)."""
+    if "error" in m:
+        return f"placement='measured' follow-up failed: {m['error']}"
+    lat = m.get("latency_ms", {})
+    head = (f"placement='measured', same process, new rounds: eager {lat['eager']:.2f}, Inductor "
+            f"{lat['inductor']:.2f}, default {lat['hybrid_trt']:.2f}, measured {lat['measured']:.2f} ms "
+            f"({lat['measured'] / lat['inductor']:.2f}x Inductor), {m['delegated_ops']}/{m['total_ops']} ops "
+            "delegated" if lat else "placement='measured': not timed")
+    verdicts = "; ".join(m.get("placements", [])[:3])
+    return head + (f" ({verdicts})" if verdicts else "") + (f"; its output: {m['problem']}" if m.get("problem") else "")
 
 
 def _fmt_ms(v) -> str:

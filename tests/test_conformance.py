@@ -278,6 +278,34 @@ def test_slow_row_names_the_placement_verdicts_that_kept_its_partitions():
     assert "kept by placement" not in conformance.verdict(row)[1]
 
 
+def test_a_slow_row_is_compiled_again_with_measured_placement_and_timed_beside_the_default(monkeypatch):
+    """A row slower than both eager and Inductor gets a follow-up in the same process: the model compiled with
+    placement="measured", checked against eager and timed in new rounds beside the others; the row says what it
+    gave. The follow-up's compile is not counted in the row's graphs and ops."""
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.fc = torch.nn.Conv2d(3, 8, 3), torch.nn.Linear(8, 4)
+
+        def forward(self, x):
+            return self.fc(self.conv(x).relu().mean((2, 3)))
+    case = conformance.Case("tiny_slow", "test", "classifier", lambda: (Net(), (torch.rand(1, 3, 10, 10),)),
+                            "1x3x10x10")
+    monkeypatch.setitem(conformance.CASES_BY_NAME, case.name, case)
+    monkeypatch.setattr(conformance, "_slower_than_both", lambda lat: True)  # whatever the timing said
+    torch._dynamo.reset()
+    res = conformance.run_worker(case.name, "cpu", "float32", latency_s=0.05)
+    assert "hybrid_error" not in res and res["hybrid"]["problem"] is None, res
+    m = res["measured"]
+    assert "error" not in m and m["problem"] is None, m
+    assert set(m["latency_ms"]) == {"eager", "hybrid_trt", "inductor", "measured"}, m
+    assert m["placements"] and all(t.startswith("measured: delegate") for t in m["placements"]), m
+    assert m["total_ops"] == res["total_ops"] and res["graphs"] == 1, (m, res)
+    status, why = conformance.verdict(res)
+    assert status == "slow" and "placement='measured', same process, new rounds" in why, (status, why)
+    assert f"{m['delegated_ops']}/{m['total_ops']} ops delegated (measured: delegate" in why, why
+
+
 def test_a_model_outside_the_suite_is_selected_by_its_library_name():
     """Any timm model or torchvision classifier runs through the suite by name (``timm_<name>``, ``tv_<name>``), at
     timm's fixed input size where the model has one; a name neither library has is refused with where to look."""
