@@ -16,8 +16,11 @@ timed alone (one model called repeatedly) and together (all models back to back,
 rounds that alternate the variants; per round the frame time is paired with the sum of the alone times, and the
 table reports medians.
 
-In both modes ``hybrid_trt_spinning`` is hybrid_trt with ONNX Runtime's thread spinning left on (the behaviour
-before issue 7), compiled in the same process, so the effect of the session options is measured in one run.
+In both modes two more compiles of hybrid_trt differ only in their ONNX Runtime thread-pool settings, in the same
+process, so the effect of the session options is measured in one run: ``hybrid_trt_spinning`` keeps ONNX
+Runtime's defaults (workers spin during a run and for a while after it returns: the behaviour before issue 7),
+``hybrid_trt_blocking`` never spins (the default from issue 7 until session 40). ``hybrid_trt`` is the default:
+workers spin during a run and stop the moment it returns (``session.force_spinning_stop``).
 """
 from __future__ import annotations
 
@@ -36,7 +39,14 @@ sys.path.insert(0, ROOT)
 
 THREADS = 2
 VARIANTS = ("eager", "inductor_freezing", "onnxruntime_whole", "hybrid_trt")
-TIMED_VARIANTS = VARIANTS + ("hybrid_trt_spinning",)
+TIMED_VARIANTS = VARIANTS + ("hybrid_trt_spinning", "hybrid_trt_blocking")
+# ONNX Runtime session settings of the two comparison compiles (hybrid_trt uses the delegate's THREAD_POOL_CONFIG).
+THREAD_POOLS = {"hybrid_trt_spinning": {},
+                "hybrid_trt_blocking": {"session.intra_op.allow_spinning": "0", "session.inter_op.allow_spinning": "0"}}
+# An option each comparison compile sets that changes nothing on the CPU but is part of the engine key: without it,
+# its partitions would share hybrid_trt's engines (one runtime per content key in a process).
+DISTINCT_KEY = {"hybrid_trt_spinning": {"onnxruntime_provider": "cpu"},
+                "hybrid_trt_blocking": {"onnxruntime_cuda_layout": "nchw"}}
 
 
 def _make(variant: str, name: str):
@@ -48,16 +58,12 @@ def _make(variant: str, name: str):
         return model, model, x
     if variant == "inductor_freezing":
         return torch.compile(model, backend="inductor", options={"freezing": True}), model, x
+    import hybrid_trt  # noqa: F401  (registers the backend)
     if variant == "hybrid_trt":
-        import hybrid_trt  # noqa: F401
         return torch.compile(model, backend="hybrid_trt", options={"num_threads": THREADS}), model, x
-    if variant == "hybrid_trt_spinning":
-        import hybrid_trt  # noqa: F401
-        # provider "cpu" runs exactly as "auto" does on CPU, but is part of the engine key: without it this
-        # variant's partitions would share hybrid_trt's engines (one runtime per content key in a process).
-        fn = torch.compile(model, backend="hybrid_trt",
-                           options={"num_threads": THREADS, "onnxruntime_provider": "cpu"})
-        return _compiled_with_spinning(fn), model, x
+    if variant in THREAD_POOLS:
+        fn = torch.compile(model, backend="hybrid_trt", options={"num_threads": THREADS, **DISTINCT_KEY[variant]})
+        return _compiled_with_thread_pool(fn, THREAD_POOLS[variant]), model, x
     if variant == "onnxruntime_whole":
         return _ort_whole(model, x), model, x
     raise ValueError(variant)
@@ -74,20 +80,21 @@ def _build(name: str):
     return torchvision.models.get_model(name, weights=None).eval(), torch.randn(1, 3, 224, 224)
 
 
-def _compiled_with_spinning(fn):
-    """``fn`` whose engines (built at its first call) keep ONNX Runtime's default thread spinning."""
+def _compiled_with_thread_pool(fn, config: dict):
+    """``fn`` whose engines (built at its first call) get ONNX Runtime session settings ``config`` instead of the
+    delegate's own (``THREAD_POOL_CONFIG``)."""
     from hybrid_trt.delegates import onnxruntime_delegate as ortd
     state = {"built": False}
 
     def run(x):
         if state["built"]:
             return fn(x)
-        saved = ortd._NO_SPINNING
-        ortd._NO_SPINNING = {}
+        saved = ortd.THREAD_POOL_CONFIG
+        ortd.THREAD_POOL_CONFIG = config
         try:
             out = fn(x)
         finally:
-            ortd._NO_SPINNING = saved
+            ortd.THREAD_POOL_CONFIG = saved
         state["built"] = True
         return out
     return run

@@ -883,8 +883,12 @@ def _collect_reports(res: dict, reports: list, counted_from: int = 0) -> None:
 
 
 def _latency(fns: dict, args, sync, budget_s: float) -> dict:
-    """Median ms per variant; rounds call each variant once, in turn, until the budget is spent (at least 3
-    rounds, at most 300), so a load change on the machine hits every variant alike."""
+    """Median ms per variant; rounds call each variant in turn, until the budget is spent (at least 3 rounds, at
+    most 300), so a load change on the machine hits every variant alike. In each round a variant is called once
+    untimed right before its timed call: the worker threads of the variant called before it may still be
+    spinning (OpenMP's after eager or Inductor, ONNX Runtime's unless stopped), and that would charge one
+    variant with its neighbour's threads (2 cores: DeiT-T under hybrid_trt timed 15.3 ms after each Inductor
+    call, 12.8-13.0 ms in a process of its own, where Inductor took 12.6-13.5 ms)."""
     for fn in fns.values():  # warm-up (the compiled variants already ran at least once)
         fn(*args)
     sync()
@@ -893,6 +897,8 @@ def _latency(fns: dict, args, sync, budget_s: float) -> dict:
     rounds = 0
     while rounds < 3 or (time.perf_counter() < t_end and rounds < 300):
         for v, fn in fns.items():
+            fn(*args)
+            sync()
             t0 = time.perf_counter()
             fn(*args)
             sync()

@@ -34,13 +34,17 @@ def _ort():
     return onnxruntime
 
 
-# ONNX Runtime's thread pools spin between runs by default. In a process that runs several models per frame, or
-# Inductor's OpenMP kernels between two partitions, the spinning workers take the cores the next piece of work
-# needs (issue 7: two models on 2 cores took 125 ms back to back instead of ~62 ms). With spinning off, idle
-# workers block at once (benchmarks/results/cpu_2core_multimodel.md). Not one thread pool shared by all sessions
-# instead: it must be configured before ONNX Runtime's process-wide environment exists (the user or another
-# library may have created it already), and its workers would still spin against Inductor's OpenMP threads.
-_NO_SPINNING = {"session.intra_op.allow_spinning": "0", "session.inter_op.allow_spinning": "0"}
+# ONNX Runtime's intra-op workers spin while they wait for the next parallel op of a run, and by default go on
+# spinning for a while after the run returns. Those idle spinners took the cores that the next piece of work needed:
+# another model's session, or Inductor's OpenMP kernels between two partitions (issue 7: two models on 2 cores took
+# 125 ms back to back instead of ~62 ms; benchmarks/results/cpu_2core_multimodel.md). So spinning is stopped the
+# moment each run returns (``session.force_spinning_stop``) and restarts with the next run, where it pays: with
+# blocking workers every parallel op waits for its workers to wake, and an op-heavy graph (timm's DeiT-T on 2 cores)
+# ran 1.2x slower (cpu_2core_multimodel.md, session 40). Not one thread pool shared by all sessions instead: it
+# must be configured before ONNX Runtime's process-wide environment exists (the user or another library may have
+# created it already). The inter-op pool is unused (sequential execution) and does not spin.
+THREAD_POOL_CONFIG = {"session.intra_op.allow_spinning": "1", "session.force_spinning_stop": "1",
+                      "session.inter_op.allow_spinning": "0"}
 _SHAPES_LIMIT = 256  # input shapes whose output shapes a model for a range of shapes remembers (CUDA)
 
 
@@ -53,7 +57,7 @@ def _session_options(threads: int):
     so.inter_op_num_threads = 1
     so.log_severity_level = severity
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    for key, value in _NO_SPINNING.items():
+    for key, value in THREAD_POOL_CONFIG.items():
         so.add_session_config_entry(key, value)
     return so
 
