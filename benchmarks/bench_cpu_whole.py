@@ -28,8 +28,8 @@ processes; every layer above the session is Python and C++ in the calling thread
                    prepared at construction)
   raw              the partition's session on pre-bound buffers (ONNX Runtime's work on hybrid_trt's lowering)
   ort              the whole model exported by torch.onnx (dynamo=True, optimize=True), in a session with
-                   hybrid_trt's session options (intra-op threads = --threads, inter-op 1, no spinning, full graph
-                   optimisation), called with InferenceSession.run on a numpy view of the input
+                   hybrid_trt's session options (intra-op threads = --threads, inter-op 1, workers spinning only
+                   during a run, full graph optimisation), called with InferenceSession.run on a numpy view of the input
   ort raw          that session on pre-bound buffers (the exporter's graph)
   deployed         the model exported ahead of time (hybrid_trt.export, options={"num_threads": --threads}) and
                    loaded back (hybrid_trt.load): no Dynamo frame; the AOTInductor package calls the engine through
