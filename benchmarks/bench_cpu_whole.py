@@ -157,9 +157,10 @@ def _ort_whole(model, x, threads: int, spinning: bool):
     with torch.no_grad():
         torch.onnx.export(model, (x,), path, dynamo=True, optimize=True, verbose=False)
     so = _session_options(threads)
-    if spinning:
+    if spinning:  # ONNX Runtime's defaults: workers spin during a run and go on spinning after it returns
         so.add_session_config_entry("session.intra_op.allow_spinning", "1")
         so.add_session_config_entry("session.inter_op.allow_spinning", "1")
+        so.add_session_config_entry("session.force_spinning_stop", "0")
     return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
 
 
@@ -174,8 +175,10 @@ def _deployed(model, x, threads: int):
 
 def _settings(session) -> str:
     so = session.get_session_options()
+    entry = so.get_session_config_entry
     return (f"intra {so.intra_op_num_threads}, inter {so.inter_op_num_threads}, spinning "
-            f"{so.get_session_config_entry('session.intra_op.allow_spinning')}")
+            f"{entry('session.intra_op.allow_spinning')}, stopped when a run returns "
+            f"{entry('session.force_spinning_stop')}")
 
 
 def _bind(session):
