@@ -1185,8 +1185,9 @@ def main():
               "rounding: eager float32 differs from eager float64 there too); beyond tolerance, an output passes "
               "only when it is within tolerance of the model run in float64 and no farther from it than eager's "
               "(PyTorch's TF32 convolutions on CUDA make eager float32 the less exact one)",
-              "- latency: median ms, eager / Inductor / hybrid_trt timed in interleaved rounds in one process; "
-              "compile s = first call, " + ("with empty Inductor and hybrid_trt caches per model" if args.cold_caches
+              "- latency: median ms, eager / Inductor / hybrid_trt timed in interleaved rounds in one process (rows "
+              "run since session 40: each variant called once untimed right before its timed call, so no variant is "
+              "charged for the threads of the one before it); compile s = first call, " + ("with empty Inductor and hybrid_trt caches per model" if args.cold_caches
                                             else "with the caches this machine holds (may be warm)"),
               f"- threads: {args.threads or 'torch default'}"]
     if args.note:
