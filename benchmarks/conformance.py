@@ -1187,8 +1187,9 @@ def main():
               "(PyTorch's TF32 convolutions on CUDA make eager float32 the less exact one)",
               "- latency: median ms, eager / Inductor / hybrid_trt timed in interleaved rounds in one process (rows "
               "run since session 40: each variant called once untimed right before its timed call, so no variant is "
-              "charged for the threads of the one before it); compile s = first call, " + ("with empty Inductor and hybrid_trt caches per model" if args.cold_caches
-                                            else "with the caches this machine holds (may be warm)"),
+              "charged for the threads of the one before it); compile s = first call, "
+              + ("with empty Inductor and hybrid_trt caches per model" if args.cold_caches
+                 else "with the caches this machine holds (may be warm)"),
               f"- threads: {args.threads or 'torch default'}"]
     if args.note:
         header.append(f"- note: {args.note}")

@@ -33,6 +33,6 @@ def _register() -> None:
 _register()
 
 __all__ = ["hybrid_trt_backend", "Options", "make_options", "valid_keys", "CompileReport", "reports",
-           "last_report", "export", "load", "verify", "ExportError", "PackageError", "EngineNotInPackage", "BuildInDeployMode",
-           "skip_guards_on_baked_weights"]
+           "last_report", "export", "load", "verify", "ExportError", "PackageError", "EngineNotInPackage",
+           "BuildInDeployMode", "skip_guards_on_baked_weights"]
 __version__ = "0.1.0"
