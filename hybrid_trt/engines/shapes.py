@@ -14,6 +14,7 @@ class UnhintedSize(ValueError):
 
 
 def hint(size) -> int:
+    """An int size as it is; a symbolic one's example value (the value Dynamo traced), without adding a guard."""
     if isinstance(size, int):
         return size
     try:  # torch 2.14's names
