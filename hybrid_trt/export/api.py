@@ -16,7 +16,6 @@ import dataclasses
 import datetime
 import json
 import pathlib
-import re
 import shutil
 import time
 from typing import Any, Callable, Optional
@@ -33,15 +32,13 @@ from ..plugins import registry as plugin_registry
 from . import custom_ops
 from . import package as pkg
 from . import structure
+from .errors import ExportError
+from .example_inputs import FlatInputs, derived_dynamic_shapes, example_tensors, shape_cases, to_eval, trace_example
 from .input_dims import describe as describe_dims, shapes_text
 from .reference_check import DEFAULT_ATOL, DEFAULT_RTOL, ComparisonError, OutputCheck
 
 ignore_torch_noise()
 
-
-
-class ExportError(RuntimeError):
-    """Export could not produce a package; the message says what failed and what to do."""
 
 
 Progress = Callable[[str, int, int], None]  # (what is happening, steps done, steps in all)
@@ -143,7 +140,7 @@ def export(model: torch.nn.Module, example_inputs, *, dynamic_shapes=None, shape
         raise ExportError(f"hybrid_trt.export: {e}") from None
     nested = in_spec is not None
     if nested:  # e.g. forward(batch) with batch = {"image": ..., "points": ...}: the package takes its tensors,
-        model = _FlatInputs(model, in_spec)  # and a call is flattened by the same structure (DeployedModel)
+        model = FlatInputs(model, in_spec)  # and a call is flattened by the same structure (DeployedModel)
         args = leaves
         if dynamic_shapes is not None and (not isinstance(dynamic_shapes, (tuple, list))
                                            or len(dynamic_shapes) != len(leaves)):
@@ -152,10 +149,10 @@ def export(model: torch.nn.Module, example_inputs, *, dynamic_shapes=None, shape
                               "differ become dynamic")
     # The package's compiled code reads its inputs as contiguous tensors, whatever layout the examples had (a
     # loaded package makes a call's inputs contiguous: DeployedModel).
-    cases = [tuple(t.contiguous() for t in case) for case in _cases(args, names, shapes)]
+    cases = [tuple(t.contiguous() for t in case) for case in shape_cases(args, names, shapes)]
     derived = dynamic_shapes is None and len({tuple(tuple(t.shape) for t in c) for c in cases}) > 1
     if derived:
-        dynamic_shapes = _derived_dynamic_shapes(cases, names)
+        dynamic_shapes = derived_dynamic_shapes(cases, names)
     # Static: the listed shape is the one traced (a single listed shape may differ from the example's).
     export_args = max(cases, key=lambda c: sum(t.numel() for t in c)) if dynamic_shapes is not None else cases[0]
     # Checked before the options are resolved, whose warning ("graphs compile with Inductor alone instead") would
@@ -197,7 +194,7 @@ def export(model: torch.nn.Module, example_inputs, *, dynamic_shapes=None, shape
         from ..capture.exported import capture_export
         # (torch.export reads the dynamic shapes of a forward(*leaves) as those of one argument)
         export_shapes = (tuple(dynamic_shapes),) if nested and dynamic_shapes is not None else dynamic_shapes
-        traced = _trace_example(export_args, dynamic_shapes, names)
+        traced = trace_example(export_args, dynamic_shapes, names)
         tiled = traced is not export_args
         try:
             with quiet(SYMBOLIC_SHAPES):
@@ -595,206 +592,6 @@ def _io(out_spec, in_spec) -> dict:
             if namedtuples is not None:
                 io[f"{side}_namedtuples"] = namedtuples
     return io
-
-
-# ---------------------------------------------------------------------------------------------- inputs
-
-
-class _FlatInputs(torch.nn.Module):
-    """The model called with its nested inputs rebuilt from the flat tensors the package takes."""
-
-    def __init__(self, model: torch.nn.Module, in_spec):
-        super().__init__()
-        self.model, self.in_spec = model, in_spec
-
-    def forward(self, *leaves):
-        return self.model(*pytree.tree_unflatten(list(leaves), self.in_spec))
-
-
-def to_eval(model: torch.nn.Module) -> torch.nn.Module:
-    """``model.eval()``, except for a module torch.export captured (``ExportedProgram.module()``, and so every
-    pt2e-quantized model), which refuses ``train()``/``eval()`` with NotImplementedError: its mode was fixed when
-    it was captured, so it is left as it is (export used to fail on it with torch's bare error)."""
-    try:
-        model.eval()
-    except NotImplementedError:
-        logger.debug("hybrid_trt: %s refuses eval() (a module captured by torch.export): its mode is the one it was "
-                     "captured in", type(model).__name__)
-    return model
-
-
-def example_tensors(model: torch.nn.Module, example_inputs) -> tuple:
-    """(positional arguments, their tensors, an input name per tensor, the structure to rebuild the arguments
-    from the tensors or None when each argument is a tensor). Nested tensors are named by their place
-    (``batch.image``). ValueError when something other than a tensor is in the example."""
-    args = tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
-    leaves, spec = pytree.tree_flatten(args)
-    if not leaves or not all(isinstance(a, torch.Tensor) for a in leaves):
-        raise ValueError("example_inputs must be the positional arguments of forward: tensors, or tuples, lists "
-                         f"and dicts of tensors; got {[type(a).__name__ for a in (leaves or args)]}")
-    _check_binds(model, args)
-    names = _input_names(model, len(args))
-    if all(isinstance(a, torch.Tensor) for a in args):
-        return args, tuple(leaves), names, None
-    return args, tuple(leaves), _leaf_names(names, args), spec
-
-
-def _leaf_names(arg_names: list[str], args: tuple) -> list[str]:
-    """A name per tensor of nested positional inputs: the argument's name and the keys and indices leading to it
-    (``batch.image``, ``frames.0``)."""
-    names = []
-    for name, arg in zip(arg_names, args):
-        for path, _leaf in pytree.tree_flatten_with_path(arg)[0]:
-            keys = [str(getattr(k, "key", getattr(k, "idx", getattr(k, "name", k)))) for k in path]
-            names.append(".".join([name, *keys]))
-    return names
-
-
-def dim_name(name: str, dim: int) -> str:
-    """The torch.export Dim of one input dimension of its own, an identifier ("batch.image", 0 ->
-    "batch_image_0"); the command's tie hint maps torch.export's messages back through it."""
-    return re.sub(r"\W", "_", f"{name}_{dim}")
-
-
-def _check_binds(model: torch.nn.Module, args: tuple) -> None:
-    """ValueError when forward cannot take ``args`` as its positional arguments (a keyword-only argument, a count
-    that differs): said before the model runs, instead of Python's TypeError from inside the eager call."""
-    import inspect
-    try:
-        signature = inspect.signature(model.forward)
-    except (TypeError, ValueError):  # no signature to read (a C++ or wrapped forward): the call itself will say
-        return
-    try:
-        signature.bind(*args)
-    except TypeError as e:
-        raise ValueError(f"example_inputs do not fit forward{signature}: {e}. A package takes positional tensor "
-                         "inputs only: give every input in example_inputs, in order, or wrap the model in a module "
-                         "whose forward takes them positionally and passes the rest") from None
-
-
-def _input_names(model: torch.nn.Module, n: int) -> list[str]:
-    import inspect
-    try:
-        params = [p for p in inspect.signature(model.forward).parameters.values()
-                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    except (TypeError, ValueError):
-        params = []
-    names = [p.name for p in params[:n]]
-    return names + [f"input_{i}" for i in range(len(names), n)]
-
-
-def _cases(args: tuple, names: list[str], shapes) -> list[tuple]:
-    """The example inputs of every listed shape: the example itself where the shape matches, else random
-    values of the example's dtype (integers within the example's range)."""
-    if not shapes:
-        return [args]
-    cases = []
-    for entry in shapes:
-        if isinstance(entry, (tuple, list)) and all(isinstance(t, torch.Tensor) for t in entry):
-            if len(entry) != len(args):
-                raise ExportError(f"shapes entry has {len(entry)} tensors; the model takes {len(args)}")
-            for name, t, example in zip(names, entry, args):
-                if (t.dtype, t.device) != (example.dtype, example.device):
-                    raise ExportError(f"shapes entry {len(cases)}: input {name!r} is {t.dtype} on {t.device}, the "
-                                      f"example {example.dtype} on {example.device}; a package takes the example's "
-                                      "dtypes and device (export once per dtype)")
-            cases.append(tuple(entry))
-            continue
-        if not isinstance(entry, dict):
-            raise ExportError(f"shapes entries are dicts {{input name: shape}} or tuples of tensors; got {entry!r}")
-        unknown = sorted(set(entry) - set(names))
-        if unknown:
-            raise ExportError(f"shapes names unknown input(s) {unknown}; the model's inputs are {names}")
-        gen = torch.Generator().manual_seed(len(cases))
-        case = []
-        for name, example in zip(names, args):
-            shape = _sizes(entry.get(name, example.shape), name)
-            if len(shape) != example.dim():
-                raise ExportError(f"shape {list(shape)} for input {name!r} has {len(shape)} dimensions; the example "
-                                  f"has {example.dim()} ({list(example.shape)})")
-            if any(s < 0 for s in shape):
-                raise ExportError(f"shape {list(shape)} for input {name!r} has a negative size; list the sizes to "
-                                  "build engines for (a range is given by listing its ends, or by dynamic_shapes)")
-            case.append(example if shape == tuple(example.shape) else _random_like(example, shape, gen))
-        cases.append(tuple(case))
-    return cases
-
-
-def _sizes(shape, name: str) -> tuple:
-    """A listed shape: a sequence of ints, or the command line's spelling "2x3x224x224"."""
-    try:
-        return tuple(int(d) for d in (shape.lower().split("x") if isinstance(shape, str) else shape))
-    except (TypeError, ValueError):
-        raise ExportError(f"shapes: {shape!r} for input {name!r} is not a shape; give its sizes as a tuple of ints "
-                          "(or a string such as '2x3x224x224')") from None
-
-
-def _random_like(example: torch.Tensor, shape, gen) -> torch.Tensor:
-    if example.dtype.is_floating_point or example.dtype.is_complex:
-        return torch.randn(shape, generator=gen, dtype=example.dtype).to(example.device)
-    if example.dtype == torch.bool:
-        return (torch.rand(shape, generator=gen) > 0.5).to(example.device)
-    lo = int(example.min()) if example.numel() else 0
-    hi = int(example.max()) + 1 if example.numel() else 2
-    return torch.randint(lo, max(hi, lo + 1), shape, generator=gen, dtype=example.dtype).to(example.device)
-
-
-def _trace_example(args: tuple, dynamic_shapes, names: list[str]) -> tuple:
-    """The inputs torch.export traces with: ``args``, with each dynamic dimension of size 1 repeated to size 2 where
-    its range holds 2. torch.export specialises a dimension whose example size is 1 to that size, so a batch
-    declared dynamic from a batch-1 example (the usual example) failed: "You marked x_0 as dynamic but your code
-    specialized it to be a constant (1)". Left as given when a dimension is derived from another (``2 * b``)."""
-    specs = _specs_per_input(dynamic_shapes, names, len(args))
-    dims = [dim for spec in specs for dim in spec.values()]
-    if not any(args[i].shape[d] == 1 for i, spec in enumerate(specs) for d in spec) or any(
-            type(dim).__name__ == "_DerivedDim" for dim in dims):
-        return args
-    out = []
-    for t, spec in zip(args, specs):
-        for d, dim in spec.items():
-            lo, hi = getattr(dim, "min", None), getattr(dim, "max", None)
-            if t.shape[d] == 1 and (not isinstance(lo, int) or lo <= 2) and (not isinstance(hi, int) or hi >= 2):
-                t = torch.cat([t, t], d)
-        out.append(t)
-    return tuple(out)
-
-
-def _specs_per_input(dynamic_shapes, names: list[str], n: int) -> list[dict]:
-    """``{dim: Dim}`` per input from torch.export's ``dynamic_shapes`` (a tuple per input or a dict by name; each
-    input's a dict by dimension or a tuple with None for static ones); empty for anything else."""
-    if isinstance(dynamic_shapes, dict):
-        per_input = [dynamic_shapes.get(name) for name in names]
-    elif isinstance(dynamic_shapes, (tuple, list)) and len(dynamic_shapes) == n:
-        per_input = list(dynamic_shapes)
-    else:
-        return [{} for _ in range(n)]
-    out = []
-    for spec in per_input:
-        if isinstance(spec, dict):
-            out.append({d: dim for d, dim in spec.items() if isinstance(d, int) and dim is not None})
-        elif isinstance(spec, (tuple, list)):
-            out.append({d: dim for d, dim in enumerate(spec) if dim is not None})
-        else:
-            out.append({})
-    return out
-
-
-def _derived_dynamic_shapes(cases: list[tuple], names: list[str]) -> tuple:
-    """Dimensions whose size differs among the listed shapes become dynamic, over the listed range. Dimensions
-    equal to each other in every listed shape (a batch dimension shared by two inputs) are one dimension."""
-    from torch.export import Dim
-    dims: dict = {}  # the sizes across the listed shapes -> one Dim
-    spec = []
-    for i, name in enumerate(names):
-        per_input = {}
-        for d in range(cases[0][i].dim()):
-            values = tuple(int(c[i].shape[d]) for c in cases)
-            if len(set(values)) > 1:
-                if values not in dims:
-                    dims[values] = Dim(dim_name(name, d), min=min(values), max=max(values))
-                per_input[d] = dims[values]
-        spec.append(per_input or None)
-    return tuple(spec)
 
 
 def flat_outputs(out) -> list[torch.Tensor]:

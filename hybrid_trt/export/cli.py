@@ -25,7 +25,7 @@ import re
 import statistics
 import sys
 import time
-from typing import Callable, Optional
+from typing import Optional
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -194,7 +194,7 @@ def _check_out(out: str) -> None:
 def _model_and_dims(factory: str, shapes: Optional[list[dict]], arguments: list["DynamicDim"]):
     """The factory's model and example inputs, and torch.export's dynamic_shapes for the --dynamic arguments
     (None without any); bad --shape/--dynamic values are usage errors (exit 2), found before anything is built."""
-    from .api import example_tensors
+    from .example_inputs import example_tensors
     model, example = load_factory(factory)
     try:
         example, leaves, names, _ = example_tensors(model, example)  # nested: an input per tensor ("batch.image")
@@ -211,7 +211,7 @@ def _tie_hint(message: str, arguments: list["DynamicDim"]) -> str:
     """What to pass when torch.export finds two --dynamic dimensions always equal (a batch shared by two inputs):
     each untied argument is a Dim of its own, which torch.export refuses. The Dim names in the message are mapped
     back to the arguments that made them, nested input names ("batch.image") included."""
-    from .api import dim_name
+    from .example_inputs import dim_name
     found = _NOT_TIED.search(message)
     if not found:
         return ""
@@ -309,7 +309,7 @@ def _dynamic_spec(dynamic: list[DynamicDim], names: list[str], listed: list[list
     (or per untied dimension), over its given range or else the listed sizes' range."""
     from torch.export import Dim
 
-    from .api import dim_name
+    from .example_inputs import dim_name
     by_dim: dict = {}
     for arg in dynamic:
         _check_dynamic_dim(arg, names, listed)
@@ -572,7 +572,7 @@ def _bench(args) -> int:
         return e.exit_code
     eager = None
     if args.model:
-        from .api import to_eval
+        from .example_inputs import to_eval
         eager, _ = load_factory(args.model)
         eager = to_eval(eager)
     results = []
