@@ -27,7 +27,7 @@ from typing import Sequence
 
 import torch
 
-from .log import logger
+from .log import error_text, logger
 
 _TIMEOUT_S = 600  # engine builds (TensorRT) may take minutes when the probe has to build the engine itself
 _MARK = "hybrid_trt-capture-verdict "
@@ -165,7 +165,7 @@ def _child(bundle_path: str) -> int:
                     found = cudagraphs._probe(runtime, _inputs(part["inputs"], device), part["sizes"],
                                               bool(bundle.get("time_replay")))
         except Exception as e:  # noqa: BLE001 - any failure is a reason to stay outside graphs
-            found = cudagraphs.ProbeResult(f"probe failed: {cudagraphs._text(e)}")
+            found = cudagraphs.ProbeResult(f"probe failed: {error_text(e)}")
         print(_MARK + json.dumps({"key": part["key"], "reason": found.reason, "replay_ms": found.replay_ms}),
               flush=True)
     return 0

@@ -132,13 +132,27 @@ def _bad(key: str, value: Any) -> ValueError:
     return ValueError(f"hybrid_trt option {key!r}: invalid value {value!r}; expected {_DOCS[key]}")
 
 
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def env_flag(name: str, default: bool, environ: Mapping[str, str] | None = None) -> bool:
+    """A boolean environment variable outside the options (a plugin's own), read with the options' spellings;
+    ValueError naming it for anything else, rather than silently taking an unknown spelling as false."""
+    value = (os.environ if environ is None else environ).get(name)
+    if value is None or value.strip() == "":
+        return default
+    if value.strip().lower() in _TRUE + _FALSE:
+        return value.strip().lower() in _TRUE
+    raise ValueError(f"environment variable {name}={value!r} is not a boolean; use one of {_TRUE + _FALSE}")
+
+
 def _as_bool(key, v):
     if isinstance(v, bool):
         return v
     if isinstance(v, int) and v in (0, 1):  # strict=1, as the environment's "1"
         return bool(v)
-    if isinstance(v, str) and v.lower() in ("1", "true", "yes", "on", "0", "false", "no", "off"):
-        return v.lower() in ("1", "true", "yes", "on")
+    if isinstance(v, str) and v.lower() in _TRUE + _FALSE:
+        return v.lower() in _TRUE
     raise _bad(key, v)
 
 

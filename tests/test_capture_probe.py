@@ -37,6 +37,31 @@ def test_child_process_loads_and_runs_the_engine(tmp_path, cache):
     assert list(runtime.capture_verdicts.values()) == [ProbeResult(CPU_VERDICT)]
 
 
+def test_a_probe_that_raises_is_a_verdict_and_the_next_partition_is_still_probed(tmp_path):
+    # The child's own except branch: a probe that raises gives "probe failed: ..." for that partition (it named a
+    # helper that no longer existed, so the child died with AttributeError and every later partition lost its
+    # verdict to the process's exit status).
+    import json
+    import subprocess
+    import sys
+    options = {"cache_dir": str(tmp_path / "store")}
+    (first, x, _keep), (second, _, _keep2) = _compiled_runtime(options), _compiled_runtime(options)
+    metas = [torch.empty(x.shape, device="meta")]
+    bundle = capture_probe._bundle([(first, metas, [], None), (second, metas, [], None)], str(tmp_path))
+    bad, good = bundle["partitions"]
+    assert bad["key"] != good["key"]  # two models with their own random weights
+    bad["inputs"] = [[list(x.shape), "no_such_dtype"]]
+    path = tmp_path / "bundle.json"
+    path.write_text(json.dumps(dict(bundle, partitions=[bad, good], time_replay=False)))
+    done = subprocess.run([sys.executable, "-m", "hybrid_trt.capture_probe", str(path)], capture_output=True,
+                          text=True, timeout=600)
+    verdicts = capture_probe.verdicts_from(done.returncode, done.stdout, done.stderr, [bad["key"], good["key"]])
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert verdicts[bad["key"]].reason.startswith("probe failed: AttributeError"), verdicts[bad["key"]]
+    assert "no_such_dtype" in verdicts[bad["key"]].reason
+    assert verdicts[good["key"]] == ProbeResult(CPU_VERDICT)
+
+
 def test_known_verdicts_are_not_probed_again(tmp_path, monkeypatch):
     runtime, x, _keep = _compiled_runtime({"cache_dir": str(tmp_path)})
     metas = [torch.empty(x.shape, device="meta")]

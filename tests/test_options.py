@@ -246,6 +246,29 @@ def test_plugin_variables_are_not_backend_options():
         make_options({}, environ={"HYBRID_TRT_SPARSEAUTOTUNE": "0"})
 
 
+@pytest.mark.parametrize("value,expected", [(None, True), ("", True), ("0", False), ("off", False), ("No", False),
+                                            ("1", True), ("true", True), (" ON ", True)])
+def test_plugin_flags_take_the_options_spellings(value, expected):
+    from hybrid_trt.options import env_flag
+    environ = {} if value is None else {"HYBRID_TRT_SPARSE_AUTOTUNE": value}
+    assert env_flag("HYBRID_TRT_SPARSE_AUTOTUNE", True, environ) is expected
+
+
+def test_a_plugin_flag_it_cannot_read_is_an_error_not_false():
+    # "true" used to read as false (only "1" counted), and an unknown spelling was silently off.
+    import subprocess
+    import sys
+    code = "import hybrid_trt.plugins.sparse.ops as ops; print(ops._FORCE_TORCH)"
+    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("HYBRID_TRT_")}
+    on = subprocess.run([sys.executable, "-c", code], env={**env, "HYBRID_TRT_SPARSE_TORCH_ONLY": "true"},
+                        capture_output=True, text=True, timeout=300)
+    assert on.returncode == 0 and on.stdout.strip() == "True", on.stderr[-2000:]
+    bad = subprocess.run([sys.executable, "-c", code], env={**env, "HYBRID_TRT_SPARSE_TORCH_ONLY": "maybe"},
+                         capture_output=True, text=True, timeout=300)
+    assert bad.returncode != 0
+    assert "HYBRID_TRT_SPARSE_TORCH_ONLY='maybe' is not a boolean" in bad.stderr, bad.stderr[-2000:]
+
+
 def test_cache_options_and_their_environment_variables(tmp_path, monkeypatch):
     from hybrid_trt.engines.runtime import engine_store
     opts = make_options(environ={})

@@ -429,8 +429,7 @@ def _check_runtimes(runtimes) -> None:
             problems.append(f"{r.name} ({r.delegate.name}): {r.report.status}")
     if problems:
         raise ExportError("a delegated partition has no engine for a listed shape: " + "; ".join(problems) +
-                          ". Drop the shape, raise max_engines_per_partition, or keep the op with Inductor "
-                          "(force_inductor_ops)")
+                          ". Drop the shape, or keep the op with Inductor (force_inductor_ops)")
 
 
 def _partition_table(report, runtimes, store_root: pathlib.Path, staging: pathlib.Path) -> list[dict]:

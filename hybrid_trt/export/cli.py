@@ -1,17 +1,18 @@
 """``hybrid-trt``: export a model to a package, inspect, verify and benchmark packages.
 
     hybrid-trt export MODULE:FACTORY --out PATH [--shape NAME=1x3x224x224[,NAME=...]]
-                      [--dynamic NAME:DIM[=[SYMBOL:]MIN:MAX]]
-                      [--option KEY=VALUE]
+                      [--dynamic NAME:DIM[=[SYMBOL:]MIN:MAX]] [--option KEY=VALUE]
+                      [--rtol R] [--atol A] [--compare MODULE:FUNCTION] [--quiet] [--traceback]
     hybrid-trt inspect PATH [--json]
     hybrid-trt verify PATH [--json] [--[no-]cuda-graphs] [--compare MODULE:FUNCTION] [--import MODULE]
-    hybrid-trt bench PATH [--model MODULE:FACTORY] [--iters N] [--[no-]cuda-graphs] [--import MODULE]
+    hybrid-trt bench PATH [--model MODULE:FACTORY] [--iters N] [--warmup N] [--[no-]cuda-graphs] [--json]
+                     [--import MODULE]
 
 FACTORY is a function of MODULE (an importable module, or a path to a .py file) that returns the model and its
 example inputs (a tensor, or a tuple of tensors and tuples, lists or dicts of tensors). Exit codes: 0 success;
 1 export or bench failed; 2 bad arguments; verify, and inspect or bench on a package they cannot open: the first
 failing check's code (``package.EXIT_CODES``: 3 manifest, 4 missing file, 5 checksum, 6 version/architecture, 7
-reference outputs, 8 a reference shape not captured in a CUDA graph).
+reference outputs, 8 a reference shape not captured in a CUDA graph); 130 interrupted.
 """
 from __future__ import annotations
 

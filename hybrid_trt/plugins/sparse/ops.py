@@ -41,15 +41,15 @@ key (fake tensors, Python modes, meta) is redispatched as usual.
 from __future__ import annotations
 
 import functools
-import os
 
 import torch
 
+from ...options import env_flag
 from . import reference
 from .geometry import conv_output_shape, subm_padding, triple
 
 # Escape hatch for debugging a suspected kernel bug on a GPU machine.
-_FORCE_TORCH = os.environ.get("HYBRID_TRT_SPARSE_TORCH_ONLY", "0") == "1"
+_FORCE_TORCH = env_flag("HYBRID_TRT_SPARSE_TORCH_ONLY", False)
 
 _LIB = torch.library.Library("hybrid_trt", "FRAGMENT")
 

@@ -28,6 +28,8 @@ from torch.multiprocessing.reductions import StorageWeakRef
 import triton
 import triton.language as tl
 
+from ...options import env_flag
+
 _INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
@@ -112,7 +114,7 @@ def _pow2_clamp(n: int, lo: int, hi: int) -> int:
     return max(lo, min(hi, triton.next_power_of_2(max(int(n), 1))))
 
 
-_AUTOTUNE = os.environ.get("HYBRID_TRT_SPARSE_AUTOTUNE", "1") == "1" and not _INTERPRET
+_AUTOTUNE = env_flag("HYBRID_TRT_SPARSE_AUTOTUNE", True) and not _INTERPRET  # the interpreter: fixed tiles
 _TUNED: dict = {}
 
 
