@@ -126,8 +126,37 @@ def lower_slice(ctx, node):
     shape = ctx.shape(x)
     dim = dims(ctx.arg(dim if dim is not None else 0), len(shape))[0]
     step = 1 if step is None else int(ctx.arg(step))
+    if step > 1 and dim == len(shape) - 1:
+        lanes = _strided_innermost(ctx, x, start, end, step)
+        if lanes is not None:
+            return lanes
     starts, ends = _slice_bound(ctx, x, dim, start, 0), _slice_bound(ctx, x, dim, end, INT64_MAX)
     return ctx.op("Slice", ctx.input(x), starts, ends, ctx.ints([dim]), ctx.ints([step]))
+
+
+def _strided_innermost(ctx, x, start, end, step: int):
+    """``x[..., start:end:step]`` as a Reshape of the innermost dim to ``[D / step, step]`` and a Split of its
+    ``step`` lanes (then a step-1 Slice where the range is not all of the lane). ONNX Runtime's CPU Slice copies a
+    strided innermost dim element by element: RoPE's ``x[..., ::2]`` on 1x3x256x64 (EVA02) took 36 us against
+    13 us for the Split of both lanes, and 1x32x160x160 180 against 60 us (run time less an Identity's). None
+    (a plain Slice) unless the innermost size is static and a multiple of ``step`` and the bounds are numbers."""
+    sizes = traced_shape(x)
+    if not sizes or not isinstance(sizes[-1], int) or sizes[-1] % step:
+        return None
+    if not all(b is None or isinstance(b, int) for b in (start, end)):
+        return None
+    n = sizes[-1]
+    picked = range(n)[slice(start, end, step)]  # ATen clamps the bounds as Python slicing does
+    if not picked:
+        return None
+    lane, first = picked[0] % step, picked[0] // step
+    keep = [0] * (len(sizes) - 1)  # Reshape's 0: the input's size, so leading symbolic sizes stay generic
+    split = ctx.op("Split", ctx.op("Reshape", ctx.input(x), ctx.ints(keep + [n // step, step])),
+                   ctx.ints([1] * step), axis=len(sizes), outputs=step)
+    out = ctx.op("Reshape", split[lane], ctx.ints(keep + [n // step]))
+    if len(picked) == n // step:
+        return out
+    return ctx.op("Slice", out, ctx.ints([first]), ctx.ints([first + len(picked)]), ctx.ints([len(sizes) - 1]))
 
 
 def _slice_bound(ctx, x, dim, bound, default):
