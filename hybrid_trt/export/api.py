@@ -113,6 +113,8 @@ def export(model: torch.nn.Module, example_inputs, *, dynamic_shapes=None, shape
     flattened outputs (lists of CPU tensors) returning None/True on a match, False or a message otherwise, or
     raising AssertionError: for outputs that are right in another order (a top-k over near-equal scores). Its
     ``module:name`` is recorded; ``hybrid-trt verify --compare`` must be given the same one.
+    ``progress``: called as ``progress(what, done, total)`` at each stage (capture, engines, AOTInductor, each
+    listed shape's build and check, writing); the command line draws its progress bar from it. Default: nothing.
     Returns the path written. Raises ExportError (or the model's own error from torch.export).
     """
     from ..options import make_options
