@@ -355,11 +355,10 @@ NOTES: dict[tuple[str, str], str] = {
         '30.5, Inductor 21.9, hybrid 29.5, hybrid measured 23.2 ms (15 interleaved rounds). The CPU '
         'default delegates without timing (conformance_cpu_2core_placement.md says why)'),
     ("cpu", "timm_coat_lite_tiny"): (
-        'CPU, session 19: a near tie with eager and 1.17-1.21x Inductor, fully delegated (ONNX Runtime\'s CPU kernels '
-        'are the cost). Three runs in one hour on this machine gave 1.01x, 0.94x and 1.00x eager, the last at '
-        'e3ebbd4, before that session\'s lowering changes (A/B back to back: 0.94x at 4352bc3, 1.00x at e3ebbd4), '
-        'so "slow" and "ok" alternate by run. placement="measured" would keep it with Inductor; the CPU default times '
-        'nothing (README, \'Measured placement\')'),
+        "CPU, session 41: ok since its key softmax (over the tokens of a permuted view, 192 elements apart) is "
+        "written out as reductions for ONNX Runtime's CPU provider, whose Softmax transposed it (1.28 ms of its "
+        "kernels for the first stage's): 1.08x Inductor and 0.92x eager, against 1.23x and 1.05x in session 40. "
+        "Still fully delegated; the rest of the gap to Inductor is Gemm and Transpose"),
     ("cpu", "tv_fasterrcnn_mobilenet_v3_large_320_fpn"): (
         'CPU, session 15, by hand: 20 graphs per call (Dynamo breaks the detection post-processing) and 13 small '
         'partitions, within 1-6% of eager and Inductor in every run since its lowerings delegate 452 of 541 ops '
@@ -368,16 +367,16 @@ NOTES: dict[tuple[str, str], str] = {
         'eager 50.1, Inductor 49.1, hybrid 49.1 ms (HYBRID_TRT_PLACEMENT=measured, same machine and session). '
         "The CPU default times nothing (README, 'Measured placement')"),
     ("cpu", "timm_eva02_tiny_patch14_224"): (
-        "CPU, session 34, by hand: fully delegated; ONNX Runtime's CPU kernels are slower than Inductor's here. A/B "
-        "in that session, one process each, the tree before its negative-index change (205cc36's parent) and after: "
-        "1.08x/1.09x eager, 1.40x/1.40x Inductor, so not that change; the earlier 'ok' row (0.99x eager) was a run on "
-        "another day of this shared machine. placement='measured' would keep it with Inductor; the CPU default "
-        "times nothing (README, 'Measured placement')"),
+        "CPU, session 41: ok since the rotary embedding's x[..., ::2] and x[..., 1::2] are lowered as the lanes of "
+        "a Reshape and Split (ONNX Runtime's CPU Slice copied a strided innermost dim element by element, 2.3 ms of "
+        "the 22 ms its kernels took): 1.15x Inductor and 0.92x eager, against 1.28x and 1.02x in session 40. Still "
+        "fully delegated; the rest of the gap to Inductor is Gemm and the attention's layout copies"),
     ("cpu", "timm_hiera_tiny_224"): (
-        "CPU, session 34, by hand: fully delegated; ONNX Runtime's CPU kernels are slower than Inductor's here. A/B "
-        "as for EVA02-tiny: 1.19x/1.15x eager, 1.23x/1.19x Inductor before/after that session's change; the "
-        "earlier 'ok' row (1.00x eager, 1.05x Inductor) was another day's run. placement='measured' would keep it "
-        "with Inductor"),
+        "CPU, sessions 34 and 41, by hand: fully delegated; ONNX Runtime's CPU kernels are slower than Inductor's "
+        "here. Its profile (session 41, 2 threads): Gemm 32.5 ms and Transpose 7.1 ms of 53.7 ms per run; the "
+        "mask-unit attention's Transposes bring its 64 tokens innermost ([1, 64, 49, 2, 96] to [1, 2, 49, 96, 64]: "
+        "1.9 ms), which Inductor folds into its matmuls' strides; written as two single-axis moves, ONNX Runtime "
+        "merges them back into one. placement='measured' keeps it with Inductor (1.00x Inductor, same process)"),
     ("cpu", "tv_keypointrcnn_resnet50_fpn"): (
         "CPU, session 34, by hand: 30 graphs per call (Dynamo breaks the detection post-processing) and 16 "
         "partitions, 1.04x eager and Inductor: the many small partitions, as Faster R-CNN MobileNet's row says"),
