@@ -95,6 +95,10 @@ class LoweringContext:
         v = self.val(x)
         return v.dtype if isinstance(v, torch.Tensor) else _scalar_dtype(v)
 
+    def has(self, x) -> bool:
+        """Whether ``x`` is a tensor of this partition with an ONNX value: an input or an op lowered before."""
+        return isinstance(x, fx.Node) and x in self.onnx_names and isinstance(self.values.get(x), torch.Tensor)
+
     def input(self, x, dtype: torch.dtype | None = None) -> str:
         """ONNX value name for a tensor argument (or a scalar, as a constant), cast to ``dtype`` if given."""
         if isinstance(x, fx.Node) and isinstance(self.values.get(x), torch.Tensor):
@@ -155,9 +159,21 @@ class LoweringContext:
     def ints(self, values: Sequence[int]) -> str:
         return self.const([int(v) for v in values], torch.int64)
 
-    def used_initializers(self, graph_outputs: Sequence[str]) -> list[onnx.TensorProto]:
+    def live_nodes(self, graph_outputs: Sequence[str]) -> list:
+        """The nodes the graph's outputs depend on. A lowering may read an earlier node's input instead of its value
+        (an unbind of a permute splits the permute's input), leaving that node unread; ONNX Runtime would still run
+        it (no lowering writes subgraphs, so a node's inputs are all it reads)."""
+        needed, live = set(graph_outputs), []
+        for n in reversed(self.nodes):
+            if any(o in needed for o in n.output):
+                live.append(n)
+                needed.update(i for i in n.input if i)
+        return live[::-1]
+
+    def used_initializers(self, graph_outputs: Sequence[str],
+                          nodes: Sequence | None = None) -> list[onnx.TensorProto]:
         """The initializers, less the constants no node reads (a scalar _full_rank_singles replaced everywhere)."""
-        used = {i for n in self.nodes for i in n.input} | set(graph_outputs)
+        used = {i for n in (self.nodes if nodes is None else nodes) for i in n.input} | set(graph_outputs)
         return [t for t in self.initializers if t.name in used or t.name not in self._single]
 
     def tensor_const(self, tensor: torch.Tensor, name: str | None = None) -> str:

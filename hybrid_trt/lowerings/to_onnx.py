@@ -124,8 +124,10 @@ def lower_partition(module: fx.GraphModule, input_shapes: Sequence, input_dtypes
                 seen.add(name)
                 val = values[out]
                 graph_outputs.append(helper.make_tensor_value_info(name, TORCH_TO_ONNX[val.dtype], list(val.shape)))
-    graph = helper.make_graph(ctx.nodes, "hybrid_trt_partition", graph_inputs, graph_outputs,
-                              initializer=ctx.used_initializers([o.name for o in graph_outputs]))
+    output_names = [o.name for o in graph_outputs]
+    nodes = ctx.live_nodes(output_names)
+    graph = helper.make_graph(nodes, "hybrid_trt_partition", graph_inputs, graph_outputs,
+                              initializer=ctx.used_initializers(output_names, nodes))
     opsets = [helper.make_opsetid(d, v) for d, v in domains.items()]
     model = helper.make_model(graph, opset_imports=opsets, ir_version=8, producer_name="hybrid_trt")
     out = next(n for n in module.graph.nodes if n.op == "output")
