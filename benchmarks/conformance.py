@@ -386,14 +386,13 @@ NOTES: dict[tuple[str, str], str] = {
         '39.6 ms, Transpose 20.4 and MatMul 19.8 ms of 110.7 ms per run; with the first form of the fold (a '
         "gap-filling pad per tap) it ran 126.6 ms against Inductor's 100.9 ms (placement measured)"),
     ("cpu", "timm_xcit_tiny_12_p8_224"): (
-        "CPU, session 35 (outside the suite, conformance_cpu_2core_unlisted.md): fully delegated; ONNX Runtime's "
-        "CPU kernels run it slower than Inductor's. HYBRID_TRT_PLACEMENT=measured, same machine and hour: "
-        "delegate 63.4 ms, Inductor 42.9 ms per call, kept on Inductor, and the row is ok (eager 51.7, Inductor "
-        "39.7, hybrid 39.4 ms). The CPU default times nothing (README, 'Measured placement')"),
+        "CPU, session 41 (outside the suite, conformance_cpu_2core_unlisted.md): ok since an unbind of a permute "
+        "splits the permute's input (its qkv Transposes, moved below the Split by ONNX Runtime with the split axis "
+        "left as a size-1 dim, took 16 ms of the 67 its kernels ran): 1.10x Inductor and 0.85x eager, against "
+        "1.43x and 1.09x in session 40. Fully delegated; the rest of the gap is Gemm and the other Transposes"),
     ("cpu", "timm_pit_ti_224"): (
         "CPU, session 35 (outside the suite): fully delegated, 1.03-1.04x eager and 1.18-1.19x Inductor in two "
-        "runs. HYBRID_TRT_PLACEMENT=measured timed delegate 9.45 ms against Inductor 9.07 ms: a near tie (inside "
-        "placement's 5% margin), so even measured placement keeps the delegate"),
+        "runs; session 41, after the unbind-of-a-permute lowering: 0.87x eager, 0.96x Inductor"),
     ("cpu", "timm_gmlp_ti16_224"): (
         "CPU, session 37 (outside the suite): fully delegated; ONNX Runtime's CPU kernels run it slower than "
         "Inductor's, on its own export too (profile, 2 threads: our partition 30.3 ms per run, the torch.onnx "
