@@ -390,6 +390,13 @@ NOTES: dict[tuple[str, str], str] = {
         "splits the permute's input (its qkv Transposes, moved below the Split by ONNX Runtime with the split axis "
         "left as a size-1 dim, took 16 ms of the 67 its kernels ran): 1.10x Inductor and 0.85x eager, against "
         "1.43x and 1.09x in session 40. Fully delegated; the rest of the gap is Gemm and the other Transposes"),
+    ("cpu", "timm_crossvit_tiny_240"): (
+        "CPU, session 41, by hand: slower than both in A/B runs with and without that session's lowering changes "
+        "(1.30-1.39x Inductor either way, one process each), so not them; its earlier 'ok' row timed eager and "
+        "Inductor at 1.2-1.9 s, a run under contention. Profile (2 threads): Gemm 12 ms and 16 GatherND 7.6 ms of "
+        "35 ms, the GatherNDs being the bicubic rescale of its second branch as ATen decomposes it; ONNX Runtime's "
+        "cubic Resize took 22.8 ms for that one resize, so it stays decomposed. placement='measured' moves it to "
+        "Inductor"),
     ("cpu", "timm_pit_ti_224"): (
         "CPU, session 35 (outside the suite): fully delegated, 1.03-1.04x eager and 1.18-1.19x Inductor in two "
         "runs; session 41, after the unbind-of-a-permute lowering: 0.87x eager, 0.96x Inductor"),
