@@ -1902,7 +1902,7 @@ def test_softmax_over_a_far_apart_axis_is_written_out_on_onnxruntime_cpu(op, lay
 def test_unbind_or_select_of_a_permute_splits_its_input(case):
     """``qkv.reshape(B, N, 3, h, d).permute(2, 0, 3, 1, 4).unbind(0)`` is lowered as a Split of the permute's input
     and a Transpose of each part: written as it reads, ONNX Runtime moved the Transpose below the Split with the
-    split axis left as a size-1 dim, where its CPU Transpose was 13x slower (XCiT). The permute's own Transpose is
+    split axis left as a size-1 dim, where its CPU Transpose was 12x slower (XCiT). The permute's own Transpose is
     left out of the graph when nothing else reads it (and kept when something does)."""
     from torch.fx.experimental.proxy_tensor import make_fx
     from hybrid_trt.lowerings.context import ORT_CPU
