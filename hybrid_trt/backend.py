@@ -392,7 +392,7 @@ def _hybrid_graph(gm: fx.GraphModule, weights: dict, n_dynamo_inputs: int, opts:
             ops=dict(Counter(op_name(n) for n in part.nodes if classify(n) is NodeKind.OP)),
             input_shapes=[_shape(m) for m in in_metas], output_shapes=[_shape(m) for m in out_metas])
         report.partitions.append(preport)
-        device = _device_of(in_metas, ex, constants)
+        device = _device_of(in_metas, ex)
         delegate = _delegates.get_delegate(part.delegate)
         try:
             runtime = prepare_runtime(
@@ -554,7 +554,7 @@ def _shape(meta) -> list:
     return [str(s) if not isinstance(s, int) else s for s in meta.shape] if isinstance(meta, torch.Tensor) else []
 
 
-def _device_of(in_metas, ex, constants) -> torch.device:
+def _device_of(in_metas, ex) -> torch.device:
     for m in in_metas:
         return m.device
     for name in ex.constant_names:

@@ -1,4 +1,5 @@
-"""The one logger of the package: everything user-visible goes through ``logging.getLogger("hybrid_trt")``."""
+"""The one logger of the package: everything user-visible goes through ``logging.getLogger("hybrid_trt")``,
+except what the user asked to have printed (the ``print_report`` option prints each graph's report to stdout)."""
 import contextlib
 import logging
 import threading

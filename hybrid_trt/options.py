@@ -13,8 +13,6 @@ from typing import Any, Mapping, Optional
 from .engines.store import DEFAULT_MAX_BYTES
 
 ENV_PREFIX = "HYBRID_TRT_"
-# Variables of plugins, read by the plugins themselves (e.g. HYBRID_TRT_SPARSE_AUTOTUNE); not backend options.
-PLUGIN_ENV_PREFIXES = ("HYBRID_TRT_SPARSE_",)
 PRECISIONS = ("fp32", "fp16", "bf16")
 ORT_PROVIDERS = ("auto", "cpu", "cuda", "tensorrt")
 PLACEMENTS = ("auto", "delegate", "measured")  # see placement.py and Options.measures_placement
@@ -282,15 +280,17 @@ def valid_keys() -> list[str]:
 
 
 def from_env(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    from .plugins.registry import plugin_env_vars  # variables plugins read themselves: not options
     environ = os.environ if environ is None else environ
-    found = {}
+    found, plugin_vars = {}, plugin_env_vars()
     for name, value in environ.items():
-        if not name.startswith(ENV_PREFIX) or name.startswith(PLUGIN_ENV_PREFIXES):
+        if not name.startswith(ENV_PREFIX) or name in plugin_vars:
             continue
         key = name[len(ENV_PREFIX):].lower()
         if key not in valid_keys():
             raise ValueError(f"environment variable {name} is not a hybrid_trt option; valid: "
-                             f"{[ENV_PREFIX + k.upper() for k in valid_keys()]}")
+                             f"{[ENV_PREFIX + k.upper() for k in valid_keys()]}, and plugins read "
+                             f"{sorted(plugin_vars)}")
         found[key] = value
     return found
 

@@ -636,3 +636,79 @@ def test_a_slow_graph_compile_says_it_is_still_running(monkeypatch, caplog):
     running = [m for m in messages if "still running after" in m]
     assert running and all(m.startswith("hybrid_trt: compiling graph ") for m in running), messages
     assert "nodes): done in" in messages[-1], messages
+
+
+def test_builds_share_the_delegates_build_cache_through_the_store(monkeypatch, tmp_path):
+    """A delegate that names a shared build cache (TensorRT's timing cache: ``build_cache_name``) gets, at every
+    build, the bytes the previous build left in the store, and its engine's extended cache is stored again: a
+    fresh process (a new store object on the same directory) reads it. ONNX Runtime stands in for TensorRT, which
+    cannot run here; the code between the store and the build is hybrid_trt's own."""
+    from hybrid_trt.engines import EngineStore
+    delegate = type(get_delegate("onnxruntime"))
+    build, seen = delegate.build, []
+
+    def extending_build(self, *a, **k):
+        if "build_cache" not in k:
+            seen.append("not passed")
+            return build(self, *a, **k)
+        shared = k.pop("build_cache")
+        seen.append(shared)
+        engine = build(self, *a, **k)
+        engine.build_cache = (shared or b"") + b"+"
+        return engine
+    monkeypatch.setattr(delegate, "build_cache_name", lambda self, device, options: "test-timing-cache")
+    monkeypatch.setattr(delegate, "build", extending_build)
+    opts = {"min_block_size": 1, "cache_dir": str(tmp_path)}
+    with torch.no_grad():
+        for width in (8, 12):  # two models: two engines, built one after the other
+            model = torch.nn.Sequential(torch.nn.Linear(width, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4)).eval()
+            x = torch.randn(2, width)
+            torch._dynamo.reset()
+            torch.testing.assert_close(torch.compile(model, backend="hybrid_trt", options=opts)(x), model(x))
+    assert seen == [None, b"+"]
+    assert EngineStore(tmp_path).read_shared("test-timing-cache") == b"++"
+    seen.clear()
+    with torch.no_grad():  # without a store (cache off) there is nothing to share: no cache is passed
+        torch._dynamo.reset()
+        torch.compile(model, backend="hybrid_trt", options={**opts, "cache": False})(x)
+    assert seen == ["not passed"]
+
+
+class _FakeTimingConfig:
+    """TensorRT's IBuilderConfig, as far as the timing cache goes (TensorRT cannot run here)."""
+
+    def __init__(self, accepts=True, raises=False):
+        self.accepts, self.raises, self.attached = accepts, raises, None
+
+    def create_timing_cache(self, blob):
+        if self.raises and blob:
+            raise RuntimeError("bad timing cache")
+        return ("cache", bytes(blob))
+
+    def set_timing_cache(self, cache, ignore_mismatch):
+        assert ignore_mismatch is False  # timings of another device are refused, never used
+        if cache[1] and not self.accepts:
+            return False
+        self.attached = cache
+        return True
+
+
+@pytest.mark.parametrize("case, attached", [("none", b""), ("accepted", b"old timings"),
+                                            ("refused", b""), ("unreadable", b"")])
+def test_tensorrt_builds_start_from_the_shared_timing_cache_when_tensorrt_takes_it(case, attached):
+    from hybrid_trt.delegates.tensorrt_delegate import _attach_timing_cache
+    config = _FakeTimingConfig(accepts=case != "refused", raises=case == "unreadable")
+    _attach_timing_cache(config, None if case == "none" else b"old timings")
+    assert config.attached == ("cache", attached)
+
+
+def test_tensorrt_shared_timing_cache_is_named_by_version_and_gpu(monkeypatch):
+    import types
+    tensorrt = get_delegate("tensorrt")
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda device: types.SimpleNamespace(name="NVIDIA H200 (MIG 1g.18gb)", major=9, minor=0))
+    monkeypatch.setattr(type(tensorrt), "library_version", lambda self: "10.13.0")
+    name = tensorrt.build_cache_name(torch.device("cuda:0"), {})
+    assert name == "tensorrt-timing-10.13.0-sm90-NVIDIA-H200--MIG-1g-18gb-"
+    from hybrid_trt.engines.store import _KEY
+    assert _KEY.fullmatch(name)  # a name the store takes

@@ -88,6 +88,25 @@ elif kind == "reader":
         hits += 1
         bad += entry.files != expected
     out = {"hits": hits, "misses": misses, "bad": bad}
+elif kind == "shared_writer":  # replaces one shared build cache in a loop, each blob tagged with its writer
+    writes, deadline = 0, time.time() + task["seconds"]
+    while time.time() < deadline:
+        tag = f"{os.getpid()}:{writes}"
+        store.write_shared(task["name"], tag.encode() + b"|" + content(tag, 0, size))
+        writes += 1
+    out = {"writes": writes}
+elif kind == "shared_reader":
+    hits = misses = bad = 0
+    deadline = time.time() + task["seconds"]
+    while time.time() < deadline:
+        data = store.read_shared(task["name"])
+        if data is None:
+            misses += 1
+            continue
+        tag, _, body = data.partition(b"|")
+        hits += 1
+        bad += body != content(tag.decode(), 0, size)
+    out = {"hits": hits, "misses": misses, "bad": bad}
 out["warnings"] = warnings
 print(json.dumps(out))
 """
@@ -189,6 +208,50 @@ def test_a_reader_never_sees_a_torn_entry(tmp_path):
     for r in rs:
         assert r["bad"] == 0 and not r["warnings"], r  # every get: None or a whole, verified entry
         assert r["hits"] > 0 and r["misses"] > 0, r  # both outcomes really happened
+
+
+def test_shared_build_caches_are_replaced_whole_under_concurrent_writers(tmp_path):
+    """A shared build cache (TensorRT's timing cache) is replaced whole by every build that extends it: two
+    processes replacing it in a loop and two reading it never give a reader a mixed or torn file."""
+    root, size = tmp_path / "cache", 1 << 18
+    writers = [_start(root, "shared_writer", name="tensorrt-timing-x", seconds=3, size=size) for _ in range(2)]
+    readers = [_start(root, "shared_reader", name="tensorrt-timing-x", seconds=3, size=size) for _ in range(2)]
+    ws, rs = [_finish(w) for w in writers], [_finish(r) for r in readers]
+    assert all(w["writes"] > 5 and not w["warnings"] for w in ws), ws
+    for r in rs:
+        assert r["bad"] == 0 and r["hits"] > 0 and not r["warnings"], r
+    shared = root / "shared"
+    assert [p.name for p in shared.iterdir()] == ["tensorrt-timing-x"]  # no temporary file left behind
+
+
+@pytest.mark.parametrize("damage", ["flipped byte", "truncated", "empty", "no header"])
+def test_a_damaged_shared_build_cache_is_removed_with_one_warning(tmp_path, damage, caplog):
+    store = EngineStore(tmp_path)
+    assert store.read_shared("tensorrt-timing-x") is None  # none yet
+    store.write_shared("tensorrt-timing-x", b"timings" * 100)
+    assert EngineStore(tmp_path).read_shared("tensorrt-timing-x") == b"timings" * 100
+    path = tmp_path / "shared" / "tensorrt-timing-x"
+    blob = path.read_bytes()
+    path.write_bytes({"flipped byte": blob[:-1] + b"X", "truncated": blob[:-10], "empty": b"",
+                      "no header": b"timings" * 100}[damage])
+    fresh = EngineStore(tmp_path)
+    with caplog.at_level(logging.WARNING, logger="hybrid_trt"):
+        assert fresh.read_shared("tensorrt-timing-x") is None
+        assert fresh.read_shared("tensorrt-timing-x") is None  # removed: a plain miss now
+    assert not path.exists()
+    assert len(_warnings(caplog)) == 1 and "damaged shared build cache" in _warnings(caplog)[0]
+    fresh.write_shared("tensorrt-timing-x", b"new")
+    assert EngineStore(tmp_path).read_shared("tensorrt-timing-x") == b"new"
+
+
+def test_shared_build_caches_off_read_only_or_badly_named(tmp_path):
+    EngineStore(None).write_shared("tensorrt-timing-x", b"t")
+    assert EngineStore(None).read_shared("tensorrt-timing-x") is None
+    EngineStore(tmp_path, read_only=True).write_shared("tensorrt-timing-x", b"t")
+    assert not (tmp_path / "shared").exists()
+    for bad in ("../escape", "a/b", ""):
+        with pytest.raises(ValueError):
+            EngineStore(tmp_path).write_shared(bad, b"t")
 
 
 def test_a_killed_lock_holder_does_not_block_others(tmp_path):

@@ -287,6 +287,7 @@ print("LIDAR", "hybrid_trt.plugins.sparse" in sys.modules, sorted(registry.activ
 
 def test_static_package_refuses_an_unlisted_shape(packages):
     loaded = hybrid_trt.load(packages["resnet18"])
+    assert loaded.report_text.startswith("hybrid_trt graph") and "onnxruntime" in loaded.report_text
     with pytest.raises(LookupError, match=r"partition 0 \(onnxruntime\) has engines for \['1x3x32x32'\]"):
         loaded(torch.randn(2, 3, 32, 32))
 

@@ -1937,3 +1937,25 @@ def test_unbind_or_select_of_a_permute_splits_its_input(case):
     actual = _ort_cpu_session(model).run(None, {names[0]: x.numpy()})
     for got, want in zip(actual, f(x)):
         torch.testing.assert_close(torch.from_numpy(got), want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_node_no_output_depends_on_is_left_out_with_its_weights():
+    """A partition's ONNX graph holds only the nodes its outputs depend on, and only the weights those read: a
+    dead node's weight (here 64 KB) would otherwise be stored, hashed into the key and loaded for nothing."""
+    import onnxruntime as ort
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    w_live, w_dead = graph.get_attr("w_live"), graph.get_attr("w_dead")
+    live = graph.call_function(torch.ops.aten.mm.default, (x, w_live))
+    graph.call_function(torch.ops.aten.mm.default, (x, w_dead))  # nothing reads it
+    graph.output((graph.call_function(torch.ops.aten.relu.default, (live,)),))
+    root = torch.nn.Module()
+    root.w_live, root.w_dead = torch.randn(16, 8), torch.randn(16, 1024)
+    gm = torch.fx.GraphModule(root, graph)
+    model = lower_to_onnx(gm, [(4, 16)], [torch.float32])
+    assert [n.op_type for n in model.graph.node] == ["MatMul", "Relu"]
+    assert [t.name for t in model.graph.initializer] == ["w_live"]
+    xv = torch.randn(4, 16)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    (out,) = session.run(None, {model.graph.input[0].name: xv.numpy()})
+    torch.testing.assert_close(torch.from_numpy(out), torch.relu(xv @ root.w_live))

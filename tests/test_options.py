@@ -239,11 +239,14 @@ def test_environment_configures_the_backend(monkeypatch, capsys):
 
 
 def test_plugin_variables_are_not_backend_options():
-    # The sparse plugin reads HYBRID_TRT_SPARSE_* itself; the backend must not reject them as unknown options.
-    opts = make_options({}, environ={"HYBRID_TRT_SPARSE_AUTOTUNE": "0", "HYBRID_TRT_MIN_BLOCK_SIZE": "4"})
+    # The sparse plugin reads its two variables itself; the backend must not reject them as unknown options, and
+    # a misspelt one is not let through as if it were the plugin's.
+    opts = make_options({}, environ={"HYBRID_TRT_SPARSE_AUTOTUNE": "0", "HYBRID_TRT_SPARSE_TORCH_ONLY": "1",
+                                     "HYBRID_TRT_MIN_BLOCK_SIZE": "4"})
     assert opts.min_block_size == 4
-    with pytest.raises(ValueError, match="HYBRID_TRT_SPARSE"):
-        make_options({}, environ={"HYBRID_TRT_SPARSEAUTOTUNE": "0"})
+    for typo in ("HYBRID_TRT_SPARSEAUTOTUNE", "HYBRID_TRT_SPARSE_AUTOTUNES", "HYBRID_TRT_SPARSE_TORCHONLY"):
+        with pytest.raises(ValueError, match=f"{typo} is not a hybrid_trt option.*HYBRID_TRT_SPARSE_AUTOTUNE"):
+            make_options({}, environ={typo: "0"})
 
 
 @pytest.mark.parametrize("value,expected", [(None, True), ("", True), ("0", False), ("off", False), ("No", False),

@@ -21,6 +21,9 @@ from ..lowerings.context import GENERIC
 class Engine(abc.ABC):
     """A built engine for one partition and one input-shape signature. ``__call__`` is on the hot path."""
 
+    # The shared build cache (``Delegate.build_cache_name``) as this build left it, for the store to keep.
+    build_cache: Optional[bytes] = None
+
     @abc.abstractmethod
     def __call__(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]: ...
 
@@ -74,6 +77,13 @@ class Delegate(abc.ABC):
         work is done. Such a run stops the host from queueing the rest of the call while the GPU works, which
         timing the partition alone cannot see: measured placement charges for it (placement.py)."""
         return False
+
+    def build_cache_name(self, device: torch.device, delegate_options: Mapping[str, Any]) -> Optional[str]:
+        """The name of a cache that all of this delegate's builds on ``device`` share and extend (TensorRT's timing
+        cache: tactic timings of layers, valid for one library version and GPU), or None for none. When named, the
+        engine store passes its bytes to ``build(..., build_cache=...)`` (None the first time) and keeps the
+        built engine's ``build_cache``. A file-name-safe name that changes with whatever invalidates the cache."""
+        return None
 
     @abc.abstractmethod
     def build(self, model: onnx.ModelProto, output_metas: Sequence[torch.Tensor], device: torch.device,

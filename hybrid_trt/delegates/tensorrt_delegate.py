@@ -1,6 +1,8 @@
 """TensorRT: parse the partition's ONNX with TensorRT's OnnxParser, build a serialized engine per input-shape
 signature, and run it with ``execute_async_v3`` on PyTorch's current CUDA stream. Stored form: the serialized
-engine (``plan``) and the builder's timing cache (``timing.cache``); loading deserializes the plan, no build.
+engine (``plan``); loading deserializes it, no build. The builder's timing cache (tactic timings per layer) is
+shared by every build with one TensorRT version on one kind of GPU (``build_cache_name``): each build starts from
+the cache the store holds and leaves it extended, so later builds of similar layers skip those measurements.
 A model for a range of input shapes (``engines/ranges.py``: dynamic dims as ``dim_param``, which the ONNX parser
 makes -1) is built with one optimization profile, min/opt/max from the model's metadata; its engine sets the
 input shapes of each call and sizes the outputs from the context.
@@ -53,7 +55,7 @@ class TensorRTEngine(Engine):
     def __init__(self, engine, output_metas, device: torch.device, serialized: Optional[dict] = None):
         trt = _trt()
         self._engine = engine
-        self.serialized = serialized  # {"plan", "timing.cache"} bytes until the store takes them
+        self.serialized = serialized  # {"plan": bytes} until the store takes it
         self._context = engine.create_execution_context()
         self._device = device
         names = [engine.get_tensor_name(i) for i in range(engine.num_io_tensors)]
@@ -78,7 +80,9 @@ class TensorRTEngine(Engine):
             self._last_stream = stream
             outs = self._bind(keep)
             if not self._context.execute_async_v3(stream.cuda_stream):
-                raise RuntimeError("TensorRT execute_async_v3 failed")
+                raise RuntimeError("TensorRT execute_async_v3 failed for this call (TensorRT's own error is in the log "
+                                   "above: commonly inputs outside the engine's optimization profile, or out of "
+                                   "device memory)")
         return outs
 
     def _bind_static(self, inputs) -> list:
@@ -169,8 +173,13 @@ class TensorRTDelegate(Delegate):
         # allocations done), with static shapes; cudagraphs.py's probe does that warm-up run. Not run here.
         return None if device.type == "cuda" else "TensorRT runs on CUDA devices only"
 
+    def build_cache_name(self, device: torch.device, delegate_options: Mapping[str, Any]) -> Optional[str]:
+        props = torch.cuda.get_device_properties(device)
+        gpu = "".join(c if c.isalnum() else "-" for c in props.name)
+        return f"tensorrt-timing-{self.library_version()}-sm{props.major}{props.minor}-{gpu}"
+
     def build(self, model: onnx.ModelProto, output_metas, device, delegate_options: Mapping[str, Any],
-              keep_serialized: bool = False) -> Engine:
+              keep_serialized: bool = False, build_cache: Optional[bytes] = None) -> Engine:
         trt = _trt()
         trt_logger = trt.Logger(trt.Logger.WARNING)
         builder = trt.Builder(trt_logger)
@@ -189,28 +198,21 @@ class TensorRTDelegate(Delegate):
                 trt_profile.set_shape(name, lo, opt, hi)
             config.add_optimization_profile(trt_profile)
         set_precision_flags(trt, config, model, delegate_options)
-        # The timing cache records the tactic timings of this build; stored beside the engine so that a later
-        # rebuild (e.g. after the entry was evicted) can skip the measurements.
-        timing_cache = config.create_timing_cache(b"")
-        config.set_timing_cache(timing_cache, ignore_mismatch=False)
+        _attach_timing_cache(config, build_cache)
         serialized = builder.build_serialized_network(network, config)
         if serialized is None:
             raise RuntimeError("TensorRT failed to build the engine (see the TensorRT log above)")
         engine = trt.Runtime(trt_logger).deserialize_cuda_engine(serialized)
         logger.debug("TensorRT engine built (%d bytes)", serialized.nbytes)
-        files = None
-        if keep_serialized:
-            files = {"plan": bytes(serialized), "timing.cache": bytes(timing_cache.serialize())}
-        return TensorRTEngine(engine, output_metas, device, files)
+        built = TensorRTEngine(engine, output_metas, device, {"plan": bytes(serialized)} if keep_serialized else None)
+        built.build_cache = bytes(config.get_timing_cache().serialize())
+        return built
 
     def serialize(self, engine: Engine) -> dict[str, bytes]:
         files, engine.serialized = engine.serialized, None
         if files is None:
             raise RuntimeError("TensorRT engine was built without keep_serialized=True")
         return files
-
-    def deploy_files(self, names) -> set:
-        return {"plan"} & set(names)  # the timing cache only speeds up a rebuild
 
     def load(self, files: Mapping[str, bytes], output_metas, device, delegate_options) -> Engine:
         trt = _trt()
@@ -220,8 +222,25 @@ class TensorRTDelegate(Delegate):
         activate_all()
         engine = trt.Runtime(trt.Logger(trt.Logger.WARNING)).deserialize_cuda_engine(files["plan"])
         if engine is None:
-            raise RuntimeError("TensorRT could not deserialize the stored engine (built by another version?)")
+            raise RuntimeError("TensorRT could not deserialize the stored engine (see TensorRT's log above; an "
+                               "engine loads only with the TensorRT version and GPU model it was built with): "
+                               "rebuild it (a compile replaces the cache entry) or re-export the package here")
         return TensorRTEngine(engine, output_metas, device)
+
+
+def _attach_timing_cache(config, shared: Optional[bytes]) -> None:
+    """Start the build from the shared timing cache (tactic timings of earlier builds on this kind of GPU: layers
+    timed before are not measured again) when TensorRT accepts it, else from an empty one. ignore_mismatch=False:
+    timings taken on another device are refused rather than used."""
+    if shared:
+        try:
+            cache = config.create_timing_cache(shared)
+            if cache is not None and config.set_timing_cache(cache, ignore_mismatch=False):
+                return
+            logger.debug("hybrid_trt: TensorRT refused the stored timing cache; this build measures every tactic")
+        except Exception as e:  # noqa: BLE001 - a damaged cache costs measurements, never the build
+            logger.debug("hybrid_trt: the stored TensorRT timing cache does not load (%s); not used", e)
+    config.set_timing_cache(config.create_timing_cache(b""), ignore_mismatch=False)
 
 
 def _parse(parser, model) -> bool:

@@ -11,7 +11,10 @@ Entries (all in ``EngineStore``, see ``store.py``):
 - a static partition: one entry under its ``engine_key`` holding the engine files (``engine.*``), the recipe
   (``recipe.pt``) and its output metas;
 - a partition with symbolic sizes: the recipe under a partition key, and one entry per concrete input-shape
-  signature under ``sha256(partition key, signature)``, so a stored shape loads without lowering it first.
+  signature under ``sha256(partition key, signature)``, so a stored shape loads without lowering it first;
+- a range engine (``ranges.py``): one entry for a declared range of sizes, keyed by the range model's content;
+- beside them, from other modules: the graph manifest (``graph.py``), placement verdicts (``placement.py``) and
+  the delegates' shared build caches (TensorRT's timing cache, ``EngineStore.read_shared``).
 
 A warm start reads an entry lazily (``EngineStore.get(lazy=True)``): the engine file the delegate loads is read
 and checksummed; the recipe only when a fallback or a new shape needs it, the lowered model only when the
@@ -490,11 +493,17 @@ class PartitionRuntime:
         logger.info("%s ...", what)
         try:
             keep_serialized = self.store.root is not None
+            shared = self.delegate.build_cache_name(self.device, self.delegate_options) if keep_serialized else None
+            extra = {"build_cache": self.store.read_shared(shared)} if shared else {}
             with notice_if_slow(what):
                 engine = _outside_graph_pools(self.device, lambda: self.delegate.build(
-                    model, out_metas, self.device, self.delegate_options, keep_serialized=keep_serialized))
+                    model, out_metas, self.device, self.delegate_options, keep_serialized=keep_serialized, **extra))
         except Exception as e:
             raise DelegateBuildError(f"{self.delegate.name} build failed: {e}") from e
+        if shared:
+            if engine.build_cache:
+                self.store.write_shared(shared, engine.build_cache)
+            engine.build_cache = None  # kept by the store; the engine lives on without the bytes
         self._held += 1
         return engine
 

@@ -3,7 +3,9 @@
 Layout: ``<root>/v1/<key[:2]>/<key>/`` holds the entry's files, ``meta.json`` (format, key, each file's sha256
 and size, environment, created, and what the caller adds: delegate, input specs, summary) and ``last_used``,
 whose mtime is the entry's last use (eviction is least recently *used*). ``<root>/locks/<key>.lock`` are the
-per-key inter-process locks.
+per-key inter-process locks. ``<root>/shared/<name>`` are caches that builds share and extend (TensorRT's timing
+cache, ``Delegate.build_cache_name``): one file each, a line with its sha256 and size, then the bytes; replaced
+whole (temp file + rename), the last writer's kept. They are small, outside the size bound and eviction.
 
 Robustness:
 - An entry is written into a temporary directory next to its final place (each file fsynced) and published
@@ -53,6 +55,7 @@ FORMAT = 1
 # shapes (~0.2 GB each) filled the store.
 DEFAULT_MAX_BYTES = 10 << 30
 _META, _LAST_USED = "meta.json", "last_used"
+_SHARED = "shared"
 _DEBRIS_AGE_S = 3600  # temporary/trash directories of a process that died mid-write are removed after this
 _KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,199}")
 
@@ -240,6 +243,50 @@ class EngineStore:
             files, meta = build()
             entry = self.put(key, files, meta)
             return (entry or _in_memory(key, files, meta)), False
+
+    # ------------------------------------------------------------------------------------------ shared caches
+
+    def read_shared(self, name: str) -> Optional[bytes]:
+        """The bytes last written under ``name`` (``write_shared``), or None: none, caching off, or damaged (the
+        file is removed, one warning: it is a cache, the build that reads it goes on without it)."""
+        _check_key(name)
+        if self.root is None:
+            return None
+        path = self.root / _SHARED / name
+        try:
+            blob = path.read_bytes()
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError as e:
+            logger.debug("hybrid_trt: shared build cache %s unreadable (%s)", path, e)
+            return None
+        head, sep, data = blob.partition(b"\n")
+        fields = head.split()
+        if not sep or len(fields) != 2 or fields[1] != str(len(data)).encode() \
+                or fields[0] != hashlib.sha256(data).hexdigest().encode():
+            self._warn("corrupt shared", f"hybrid_trt: removed the damaged shared build cache {path} (its checksum "
+                       "or size does not match); the build goes on without it and writes a new one.")
+            with contextlib.suppress(OSError):
+                path.unlink()
+            return None
+        return data
+
+    def write_shared(self, name: str, data: bytes) -> None:
+        """Replace ``name``'s bytes atomically; concurrent writers: the last one's are kept (each holds what it
+        read plus its own build's, so nothing is lost that a build cannot measure again)."""
+        _check_key(name)
+        if self.root is None or self.read_only:
+            return
+        folder = self.root / _SHARED
+        tmp = folder / f".tmp-{name}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            _write(tmp, f"{hashlib.sha256(data).hexdigest()} {len(data)}\n".encode() + data)
+            os.replace(tmp, folder / name)
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            self._unwritable(e)
 
     # ------------------------------------------------------------------------------------------ reading
 

@@ -172,6 +172,7 @@ class DeployedModel:
 
     @property
     def report_text(self) -> str:
+        """The export's compile report, as printed (docs/export.md, "Loading")."""
         return self.manifest.get("report_text", "")
 
 

@@ -172,9 +172,11 @@ class LoweringContext:
 
     def used_initializers(self, graph_outputs: Sequence[str],
                           nodes: Sequence | None = None) -> list[onnx.TensorProto]:
-        """The initializers, less the constants no node reads (a scalar _full_rank_singles replaced everywhere)."""
+        """The initializers some node of ``nodes`` (the live ones) or a graph output reads: not a scalar that
+        _full_rank_singles replaced everywhere, nor the weights of a node no output depends on. (Lowerings emit no
+        subgraphs, whose reads ``n.input`` would not show.)"""
         used = {i for n in (self.nodes if nodes is None else nodes) for i in n.input} | set(graph_outputs)
-        return [t for t in self.initializers if t.name in used or t.name not in self._single]
+        return [t for t in self.initializers if t.name in used]
 
     def tensor_const(self, tensor: torch.Tensor, name: str | None = None) -> str:
         name = name or self.fresh("init")

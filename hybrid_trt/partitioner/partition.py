@@ -90,10 +90,10 @@ def partition_graph(graph: fx.Graph, delegates: Sequence, min_block_size: int,
                 mine.append(target)
             members[target].append(n)
             owner[n] = target
-        _merge_independent(mine, owner, members, index, nodes)
+        _merge_independent(mine, owner, members, nodes)
         _release_constant_outputs(mine, owner, members, index, constant, reasons, delegate.name)
         _release_returned_views(mine, owner, members, index, reasons, delegate.name)
-        _release_storage_read_views(mine, owner, members, index, reasons, delegate.name)
+        _release_storage_read_views(mine, owner, members, reasons, delegate.name)
         for pid in list(mine):
             ops = sum(1 for m in members[pid] if kinds[m] is NodeKind.OP)
             if ops < min_block_size or ops == 0:
@@ -180,7 +180,7 @@ def _release_returned_views(mine: list[int], owner, members, index, reasons, del
         body[:] = [m for m in body if m not in released]
 
 
-def _release_storage_read_views(mine: list[int], owner, members, index, reasons, delegate: str) -> None:
+def _release_storage_read_views(mine: list[int], owner, members, reasons, delegate: str) -> None:
     """Hand back to Inductor a partition output whose storage a reader outside reads (``as_strided``) where a
     fresh buffer cannot have its traced layout (``aliases.restridable``): an expand's stride 0 (``copy_strided``
     cannot write it, so the call failed at run time), a slice's gaps or offset (they hold its base's elements).
@@ -378,7 +378,7 @@ def _creates_cycle(group: list[fx.Node], owner, members, index, limit: int) -> b
     return False
 
 
-def _merge_independent(mine: list[int], owner, members, index, nodes) -> None:
+def _merge_independent(mine: list[int], owner, members, nodes) -> None:
     """Fuse blocks of one delegate that have no path between them: fewer delegate calls, fewer seams.
 
     Blocks a and b may merge unless a path leads from one to the other through some other unit (a node left

@@ -25,13 +25,17 @@ class Plugin:
     name: str
     op_prefix: str  # qualified op names it owns start with this, e.g. "hybrid_trt::sparse_"
     activation: str  # "module:function" whose call registers its lowerings (and TensorRT plugins)
+    # HYBRID_TRT_* environment variables the plugin reads itself: not backend options, so the options' check of
+    # unknown HYBRID_TRT_* names lets exactly these through.
+    env_vars: tuple[str, ...] = ()
 
     def owns(self, target) -> bool:
         return _qualified_name(target).startswith(self.op_prefix)
 
 
 _PLUGINS: dict[str, Plugin] = {
-    "sparse": Plugin("sparse", "hybrid_trt::sparse_", "hybrid_trt.plugins.sparse.activation:activate"),
+    "sparse": Plugin("sparse", "hybrid_trt::sparse_", "hybrid_trt.plugins.sparse.activation:activate",
+                     env_vars=("HYBRID_TRT_SPARSE_AUTOTUNE", "HYBRID_TRT_SPARSE_TORCH_ONLY")),
 }
 _ACTIVE: set[str] = set()
 _FAILED: set[str] = set()  # activation raised; reported once
@@ -40,11 +44,22 @@ _LOCK = threading.RLock()  # a compile reading the lowerings never sees a plugin
 
 def register_plugin(plugin: Plugin) -> Plugin:
     """Declare ``plugin`` (activated when a graph first calls one of its ops)."""
-    known = _PLUGINS.get(plugin.name)
-    if known is not None and known != plugin:
-        raise ValueError(f"a plugin named {plugin.name!r} is already registered ({known}); choose another name")
-    _PLUGINS[plugin.name] = plugin
+    with _LOCK:
+        known = _PLUGINS.get(plugin.name)
+        if known is not None and known != plugin:
+            raise ValueError(f"a plugin named {plugin.name!r} is already registered ({known}); choose another name")
+        _PLUGINS[plugin.name] = plugin
     return plugin
+
+
+def plugin_env_vars() -> frozenset[str]:
+    """The environment variables registered plugins read (``Plugin.env_vars``)."""
+    return frozenset(v for p in _plugins() for v in p.env_vars)
+
+
+def _plugins() -> list[Plugin]:
+    with _LOCK:  # a copy: a plugin registered from another thread meanwhile cannot break an iteration
+        return list(_PLUGINS.values())
 
 
 def active() -> frozenset[str]:
@@ -71,7 +86,7 @@ def activate_all() -> None:
     """Activate every registered plugin that activates here (a failure is reported once, as in
     ``activate_for``). Called before a TensorRT engine is deserialised: it may hold any plugin's nodes, and
     TensorRT finds their creators only if registered first."""
-    for plugin in list(_PLUGINS.values()):
+    for plugin in _plugins():
         _activate_or_report(plugin)
 
 
@@ -79,18 +94,18 @@ def callers_of(graph: fx.Graph) -> tuple[str, ...]:
     """Names of the registered plugins whose ops ``graph`` (or a subgraph of its module) calls. An exported
     package records them, so that loading it activates them before loading any engine."""
     targets = {node.target for node in _call_nodes(graph)}
-    return tuple(p.name for p in _PLUGINS.values() if any(p.owns(t) for t in targets))
+    return tuple(p.name for p in _plugins() if any(p.owns(t) for t in targets))
 
 
 def activate_for(graph: fx.Graph) -> tuple[str, ...]:
     """Activate every plugin whose ops ``graph`` (or a subgraph of its module: checkpointed or ``cond``
     bodies) calls; returns the names activated now. A plugin whose activation fails is reported once and not
     tried again: its ops stay with Inductor, which runs their torch implementations, so the compile goes on."""
-    if all(p.name in _ACTIVE or p.name in _FAILED for p in _PLUGINS.values()):
+    if all(p.name in _ACTIVE or p.name in _FAILED for p in _plugins()):
         return ()
     now = []
     for name in callers_of(graph):
-        if name not in _ACTIVE and name not in _FAILED and _activate_or_report(_PLUGINS[name]):
+        if name not in _ACTIVE and name not in _FAILED and _activate_or_report(_plugin(name)):
             now.append(name)
     return tuple(now)
 
@@ -99,9 +114,14 @@ def foreign_targets(graph: fx.Graph) -> frozenset:
     """The lowered targets that belong to plugins ``graph`` does not call: the graph key leaves them out, so
     that a plugin activated by another model in this process does not change this model's key."""
     called = set(callers_of(graph))
-    others = [p for p in _PLUGINS.values() if p.name not in called]
+    others = [p for p in _plugins() if p.name not in called]
     from ..lowerings.registry import registered_targets
     return frozenset(t for t in registered_targets() if any(p.owns(t) for p in others))
+
+
+def _plugin(name: str) -> Plugin:
+    with _LOCK:
+        return _PLUGINS[name]
 
 
 def _activate_or_report(plugin: Plugin) -> bool:

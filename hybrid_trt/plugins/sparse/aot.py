@@ -21,10 +21,11 @@ class AotKernel:
 
 
 def gemm_tiles(c_in: int, c_out: int) -> dict:
-    # Same choice as the JIT launcher, so AOT and JIT kernels behave alike.
+    # The JIT launcher's fixed tiles. Its autotuned choice (per row-count class, made at the first call) is not
+    # known when the AOT kernel is compiled, so an autotuned JIT launch may use other tiles than this kernel.
     from .triton_gemm import gemm_config
 
-    cfg = gemm_config(1 << 20, c_in, c_out)
+    cfg = gemm_config(c_in, c_out)
     cfg.setdefault("num_warps", 4)
     cfg.setdefault("num_stages", 2)
     return cfg

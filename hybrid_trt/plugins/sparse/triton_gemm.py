@@ -20,7 +20,6 @@ compiled ahead of time for the TensorRT plugin (aot.py).
 from __future__ import annotations
 
 import functools
-import os
 
 import torch
 import torch.utils.weak
@@ -29,8 +28,9 @@ import triton
 import triton.language as tl
 
 from ...options import env_flag
+from .triton_launch import triton_interprets
 
-_INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
+_INTERPRET = triton_interprets()
 
 
 # Parameter order is (input pointers, scalars, output pointer): the calling
@@ -115,7 +115,6 @@ def _pow2_clamp(n: int, lo: int, hi: int) -> int:
 
 
 _AUTOTUNE = env_flag("HYBRID_TRT_SPARSE_AUTOTUNE", True) and not _INTERPRET  # the interpreter: fixed tiles
-_TUNED: dict = {}
 
 
 def rows_bucket(m: int) -> int:
@@ -126,35 +125,33 @@ def rows_bucket(m: int) -> int:
     return int(m).bit_length()
 
 
+@functools.lru_cache(maxsize=None)  # one autotuner per process and key: it keeps the tile it chose
 def _tuned_kernel(c_in: int, c_out: int, k: int, bucket: int, fma: bool):
     """An autotuned wrapper per channel-count pair, kernel volume, row bucket
     and math (``fma``: float32 without TF32, whose dot runs on FMA units):
     tile candidates are clamped to the channels, so narrow layers don't
     benchmark useless tiles; the neighbour block is loaded at once only
     where it fits in registers (K <= 32)."""
-    key = (c_in, c_out, k, bucket, fma)
-    if key not in _TUNED:
-        bn64, bn128 = _pow2_clamp(c_out, 16, 64), _pow2_clamp(c_out, 16, 128)
-        bk16, bk32, bk64 = _pow2_clamp(c_in, 16, 16), _pow2_clamp(c_in, 16, 32), _pow2_clamp(c_in, 16, 64)
-        shapes = {
-            (128, bn64, bk32, 4, 3), (64, bn64, bk32, 4, 3), (64, bn64, bk64, 4, 3),
-            (128, bn128, bk32, 8, 3), (64, bn128, bk64, 4, 3), (128, bn64, bk64, 4, 2),
-            (32, bn64, bk32, 2, 3), (128, bn128, bk64, 8, 3), (256, bn64, bk32, 8, 3),
-        }
-        if fma:  # FMA dots keep whole tiles in registers: narrower K steps, more warps per tile
-            shapes |= {(64, bn64, bk16, 4, 2), (128, bn64, bk16, 8, 2), (128, bn128, bk16, 8, 2)}
-        configs = [
-            triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk}, num_warps=w, num_stages=st)
-            for bm, bn, bk, w, st in sorted(shapes)
-        ] + [  # the neighbour block loaded at once (PRELOAD_NBR), on the tiles large row counts pick
-            triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "PRELOAD_NBR": True}, num_warps=w,
-                          num_stages=st)
-            for bm, bn, bk, w, st in sorted({(64, bn64, bk32, 4, 3), (128, bn64, bk32, 4, 3),
-                                             (128, bn64, bk64, 8, 3), (64, bn128, bk64, 4, 3)})
-            if k <= 32
-        ]
-        _TUNED[key] = triton.autotune(configs=configs, key=["CIN", "COUT", "K"])(_implicit_gemm_kernel)
-    return _TUNED[key]
+    bn64, bn128 = _pow2_clamp(c_out, 16, 64), _pow2_clamp(c_out, 16, 128)
+    bk16, bk32, bk64 = _pow2_clamp(c_in, 16, 16), _pow2_clamp(c_in, 16, 32), _pow2_clamp(c_in, 16, 64)
+    shapes = {
+        (128, bn64, bk32, 4, 3), (64, bn64, bk32, 4, 3), (64, bn64, bk64, 4, 3),
+        (128, bn128, bk32, 8, 3), (64, bn128, bk64, 4, 3), (128, bn64, bk64, 4, 2),
+        (32, bn64, bk32, 2, 3), (128, bn128, bk64, 8, 3), (256, bn64, bk32, 8, 3),
+    }
+    if fma:  # FMA dots keep whole tiles in registers: narrower K steps, more warps per tile
+        shapes |= {(64, bn64, bk16, 4, 2), (128, bn64, bk16, 8, 2), (128, bn128, bk16, 8, 2)}
+    configs = [
+        triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk}, num_warps=w, num_stages=st)
+        for bm, bn, bk, w, st in sorted(shapes)
+    ] + [  # the neighbour block loaded at once (PRELOAD_NBR), on the tiles large row counts pick
+        triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "PRELOAD_NBR": True}, num_warps=w,
+                      num_stages=st)
+        for bm, bn, bk, w, st in sorted({(64, bn64, bk32, 4, 3), (128, bn64, bk32, 4, 3),
+                                         (128, bn64, bk64, 8, 3), (64, bn128, bk64, 4, 3)})
+        if k <= 32
+    ]
+    return triton.autotune(configs=configs, key=["CIN", "COUT", "K"])(_implicit_gemm_kernel)
 
 
 @functools.lru_cache(maxsize=None)
@@ -169,8 +166,9 @@ def _fixed_config(c_in: int, c_out: int) -> dict:
     return dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=4 if block_n <= 64 else 8, num_stages=2)
 
 
-def gemm_config(m: int, c_in: int, c_out: int) -> dict:
-    """The tiles used without autotuning (and by the AOT kernel); a copy the caller may change."""
+def gemm_config(c_in: int, c_out: int) -> dict:
+    """The fixed tiles: the JIT launcher's without autotuning (HYBRID_TRT_SPARSE_AUTOTUNE=0, the interpreter) and
+    the AOT kernel's always; a copy the caller may change."""
     return dict(_fixed_config(c_in, c_out))
 
 

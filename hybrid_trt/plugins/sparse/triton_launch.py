@@ -54,6 +54,15 @@ _OPTION_KNOBS = {"runtime": ("debug", "override_arch", "add_stages_inspection_ho
                  "compilation": ("instrumentation_mode",), "language": ("default_fp_fusion",)}
 
 
+def triton_interprets() -> bool:
+    """Whether Triton runs kernels in its interpreter: its own reading of ``TRITON_INTERPRET`` where it has knobs
+    (``1``, ``true``, ``on``...), else that Triton's test of the variable."""
+    interpret = getattr(getattr(_KNOBS, "runtime", None), "interpret", None)
+    if interpret is None:
+        return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+    return bool(interpret)
+
+
 def _kind(arg):
     """What Triton's signature takes from an unspecialised argument: a tensor's
     dtype, an int's width (i32, i64, u64), a bool's, float's or None's type;
@@ -99,9 +108,7 @@ class UnspecializedKernel:
         self._constexpr_names = tuple(p.name for p, c in zip(params, is_constexpr) if c)
         self._num_runtime = len(runtime)
         self._knobs = getattr(_KNOBS, "runtime", None)
-        interpret = getattr(self._knobs, "interpret", None)
-        if interpret is None:  # a Triton without knobs: its own test of the variable
-            interpret = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+        interpret = triton_interprets()
         self._direct = not interpret and self._knobs is not None
         if not self._direct and not interpret:
             _log.debug("%s: launched through Triton each time: triton.knobs.runtime is missing", fn.__name__)
