@@ -6,6 +6,8 @@
 gpu_stage_env() {
   set -uo pipefail
   export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 OUT=${OUT:-/tmp/out}
+  # native spconv, where the spconv stage unpacked it (tests/plugins/test_spconv_twin.py runs against it)
+  if [ -d /tmp/spsite ]; then export PYTHONPATH=$PYTHONPATH:/tmp/spsite; fi
   export HYBRID_TRT_CACHE_DIR=/tmp/htrt-cache TORCHINDUCTOR_CACHE_DIR=/tmp/ind-cache
   L=$OUT/$1; mkdir -p "$L"
   if [ "${2:-}" != chunk ] && ! python3 -c "import onnxruntime as o, sys; sys.exit('CUDAExecutionProvider' not in o.get_available_providers())"; then

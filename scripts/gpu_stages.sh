@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Device-call stages on the GPU machine (H100 or H200), onnxruntime-gpu in /tmp/site from .chunk1-4
 # (`../shared/tools/pack-wheel-chunks.sh onnxruntime-gpu==1.31.1`). Logs under $OUT/gpu.
-# Usage: scripts/gpu_stages.sh chunk K | spconv K | check [budget_s] | lidar [budget_s] | conf [budget_min] GROUP...
+# Usage: scripts/gpu_stages.sh chunk K | spconv K | check [budget_s] | extra [budget_s] | lidar [budget_s] |
+#        conf [budget_min] GROUP...
 # It replaces one script per device session (scripts/gpu_sessionN.sh, named by the results files that ran them):
 # those are in git history, `git show d7e383b:scripts/gpu_session26.sh` for example.
 source scripts/gpu_stage_env.sh
@@ -29,6 +30,14 @@ case ${1:?stage} in
       tests/test_lowerings.py tests/test_attention.py \
       -k "deployed or fresh_process or cuda or whole or stream or bounded_dimension or shape_change" > $L/check.log 2>&1
     echo "tests rc=$?"; grep -E "FAILED|ERROR|XPASS|passed|failed|Timeout" $L/check.log | tail -25
+    ;;
+  extra)  # the GPU tests outside `check`: other devices' inputs, the GPU in the engine key, placement on CUDA,
+          # frames shared by module instances on CUDA, and a model over 2 GB delegated and loaded warm (LARGE_TESTS)
+    TEST_HANG_LOG=$L/hang.log TEST_HANG_EXIT_S=240 LARGE_TESTS=1 timeout ${2:-400} python3 -m pytest -v \
+      -p no:cacheprovider -n 8 --dist load -rfE --junitxml=$L/extra.xml \
+      tests/test_bad_input.py tests/test_engine_key.py tests/test_placement.py tests/test_shared_frames.py \
+      tests/test_external_data.py -k "cuda or gpu or device or over_2gb" > $L/extra.log 2>&1
+    echo "tests rc=$?"; grep -E "FAILED|ERROR|XPASS|passed|failed|Timeout" $L/extra.log | tail -25
     ;;
   lidar)  # issue 10: where the LiDAR example's hybrid compile loses to Inductor's (scripts/lidar_gap_probe.py)
     timeout ${2:-300} python3 scripts/lidar_gap_probe.py > $L/lidar_gap.log 2>&1

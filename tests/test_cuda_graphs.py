@@ -96,9 +96,10 @@ def test_torch_compile_mode_reaches_the_backend_and_is_reported():
 
 
 def test_no_cuda_graph_record_without_the_option():
-    model = _small_resnet()
+    model, before = _small_resnet(), len(hybrid_trt.reports())
     with torch.no_grad():
         torch.compile(model, backend="hybrid_trt")(torch.randn(1, 3, 32, 32))
+    assert len(hybrid_trt.reports()) > before  # this compile's report, not an earlier test's
     assert hybrid_trt.last_report().cuda_graphs is None
 
 

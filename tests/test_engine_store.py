@@ -250,7 +250,7 @@ def test_shared_build_caches_off_read_only_or_badly_named(tmp_path):
     EngineStore(tmp_path, read_only=True).write_shared("tensorrt-timing-x", b"t")
     assert not (tmp_path / "shared").exists()
     for bad in ("../escape", "a/b", ""):
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match="engine store: bad key"):
             EngineStore(tmp_path).write_shared(bad, b"t")
 
 
@@ -526,10 +526,10 @@ def test_leftovers_of_a_dead_writer_are_cleaned_up(tmp_path):
 def test_bad_keys_and_file_names_are_refused(tmp_path):
     store = EngineStore(tmp_path)
     for key in ("../escape", "", ".hidden", "a/b"):
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match="engine store: bad key"):
             store.get_or_build(key, lambda: ({}, {}))
     for name in ("meta.json", "last_used", "../x", "sub/file"):
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match="engine store: bad file name"):
             store.put(_key("a"), {name: b""}, {})
 
 

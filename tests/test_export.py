@@ -16,6 +16,7 @@ import pytest
 import torch
 
 import export_models
+from _helpers import assert_close
 import hybrid_trt
 from hybrid_trt.export import cli
 from hybrid_trt.export import package as pkg
@@ -574,8 +575,7 @@ def test_a_loaded_package_reads_inputs_of_any_layout_as_eager_does(tmp_path):
                "expanded": x[:1].expand(2, 3, 16, 16)}
     with torch.no_grad():
         for name, given in layouts.items():
-            for got, expected in zip(loaded(given), model(given)):
-                assert torch.allclose(got, expected, rtol=1e-5, atol=1e-5), name
+            assert_close(loaded(given), model(given), rtol=1e-5, atol=1e-5, what=name)
 
 
 _TWO_THREADS = """
@@ -740,8 +740,7 @@ def test_what_torch_export_made_exports(tmp_path, form):
     loaded = hybrid_trt.load(hybrid_trt.export(given, (x,), path=tmp_path / "e.pkg"))
     with torch.no_grad():
         y = torch.randn(2, 3, 16, 16)
-        for got, want in zip(loaded(y), model(y)):
-            assert torch.allclose(got, want, rtol=1e-4, atol=1e-5)
+        assert_close(loaded(y), model(y), rtol=1e-4, atol=1e-5)
 
 
 def test_a_package_failing_at_its_reference_run_is_an_export_error(tmp_path, monkeypatch):
@@ -871,7 +870,7 @@ def test_the_example_detectors_comparison_takes_reordered_detections_only():
     at_cutoff = boxes.clone()
     at_cutoff[0, -1, :2] += 10.0
     assert factories.compare_detector([at_cutoff, scores, labels], expected) is None
-    with pytest.raises(AssertionError):
+    with pytest.raises(AssertionError, match="not close"):
         factories.compare_detector([boxes, scores * 1.1, labels], expected)
 
 

@@ -422,8 +422,11 @@ def test_factory_errors_say_what_is_wrong(tmp_path, monkeypatch):
 @pytest.mark.parametrize("name", ["resnet18", "detector", "transformer"])
 def test_the_documented_example_factories_return_a_model_and_its_inputs(name):
     model, example = cli.load_factory(f"examples.factories:{name}")
+    assert isinstance(model, torch.nn.Module) and not model.training  # exported as it is deployed: eval mode
     with torch.no_grad():
-        model(example)
+        leaves = torch.utils._pytree.tree_leaves(model(*example) if isinstance(example, tuple) else model(example))
+    assert leaves and all(isinstance(t, torch.Tensor) and t.is_floating_point() <= bool(torch.isfinite(t).all())
+                          for t in leaves), name
 
 
 def test_every_command_has_help(capsys):

@@ -329,7 +329,11 @@ def test_pointwise_islands_go_back_to_inductor_unless_they_are_the_whole_graph()
         n, = by_target(gm, op)
         assert "only pointwise, view, batch-norm or pooling ops" in plan.inductor_reasons[n], op
     plan = partition_graph(gm.graph, [ORT], min_block_size=1, keep_pointwise_islands=True)
-    assert len(plan.partitions) >= 1  # without the rule, the island is delegated
+    delegated = {n for p in plan.partitions for n in p.nodes}
+    for op in (aten._native_batch_norm_legit_no_training.default, aten.relu.default,
+               aten.max_pool2d_with_indices.default):  # without the rule, the island is delegated
+        n, = by_target(gm, op)
+        assert n in delegated and n not in plan.inductor_reasons, op
 
     def all_pointwise(x):
         return torch.sigmoid(torch.relu(x) * 3.0)

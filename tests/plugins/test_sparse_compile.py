@@ -153,8 +153,8 @@ def test_compare_detections_accepts_cutoff_swaps_and_rejects_wrong_boxes():
     # Same centres but a wrong size: rejected.
     wrong = boxes.clone()
     wrong[0, 3, 3] += 1.0
-    with pytest.raises(AssertionError):
+    with pytest.raises(AssertionError, match="not close"):
         lidar_detector.compare_detections(reference, (wrong, scores, labels), atol=1e-4, rtol=1e-4)
     # Wrong scores: rejected.
-    with pytest.raises(AssertionError):
+    with pytest.raises(AssertionError, match="not close"):
         lidar_detector.compare_detections(reference, (boxes, scores.flip(1), labels), atol=1e-4, rtol=1e-4)
