@@ -204,7 +204,9 @@ class TensorRTDelegate(Delegate):
             raise RuntimeError("TensorRT failed to build the engine (see the TensorRT log above)")
         engine = trt.Runtime(trt_logger).deserialize_cuda_engine(serialized)
         logger.debug("TensorRT engine built (%d bytes)", serialized.nbytes)
-        built = TensorRTEngine(engine, output_metas, device, {"plan": bytes(serialized)} if keep_serialized else None)
+        if not keep_serialized:  # no store: nothing to keep, the timing cache included
+            return TensorRTEngine(engine, output_metas, device)
+        built = TensorRTEngine(engine, output_metas, device, {"plan": bytes(serialized)})
         built.build_cache = bytes(config.get_timing_cache().serialize())
         return built
 
