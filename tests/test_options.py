@@ -125,6 +125,9 @@ def test_a_provider_the_onnxruntime_build_lacks_leaves_it_out_with_one_warning(c
     assert len(warned) == 1 and "CUDAExecutionProvider" in warned[0] and "onnxruntime-gpu" in warned[0], warned
     with pytest.raises(ValueError, match="CUDAExecutionProvider.*strict=True"):
         make_options({"onnxruntime_provider": "cuda", "strict": True}, environ={})
+    if "TensorrtExecutionProvider" not in onnxruntime.get_available_providers():  # what that provider needs
+        with pytest.raises(ValueError, match="TensorrtExecutionProvider needs onnxruntime-gpu and NVIDIA's TensorRT"):
+            make_options({"onnxruntime_provider": "tensorrt", "strict": True}, environ={})
 
 
 def test_values_are_normalised():

@@ -428,8 +428,10 @@ class OnnxRuntimeDelegate(Delegate):
         wanted, available = _PROVIDERS[provider], _ort().get_available_providers()
         if wanted in available:
             return None
+        needs = {"cuda": "onnxruntime-gpu", "tensorrt": "onnxruntime-gpu and NVIDIA's TensorRT libraries"}
         return (f"option 'onnxruntime_provider'={provider!r} asks for {wanted}, which this "
-                f"onnxruntime build lacks (it has {', '.join(available)}; CUDA needs onnxruntime-gpu)")
+                f"onnxruntime build lacks (it has {', '.join(available)}; {wanted} needs "
+                f"{needs.get(provider, 'another onnxruntime build')})")
 
     def providers(self, device: torch.device, options, stream: Optional["torch.cuda.Stream"] = None,
                   settings: Optional[Mapping[str, bool]] = None) -> list:
