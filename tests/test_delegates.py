@@ -707,8 +707,8 @@ def test_tensorrt_shared_timing_cache_is_named_by_version_and_gpu(monkeypatch):
     tensorrt = get_delegate("tensorrt")
     monkeypatch.setattr(torch.cuda, "get_device_properties",
                         lambda device: types.SimpleNamespace(name="NVIDIA H200 (MIG 1g.18gb)", major=9, minor=0))
-    monkeypatch.setattr(type(tensorrt), "library_version", lambda self: "10.13.0")
+    monkeypatch.setattr(type(tensorrt), "library_version", lambda self: "10.13.0+cuda13")
     name = tensorrt.build_cache_name(torch.device("cuda:0"), {})
-    assert name == "tensorrt-timing-10.13.0-sm90-NVIDIA-H200--MIG-1g-18gb-"
+    assert name == "tensorrt-timing-10.13.0-cuda13-sm90-NVIDIA-H200--MIG-1g.18gb-"
     from hybrid_trt.engines.store import _KEY
     assert _KEY.fullmatch(name)  # a name the store takes

@@ -175,8 +175,8 @@ class TensorRTDelegate(Delegate):
 
     def build_cache_name(self, device: torch.device, delegate_options: Mapping[str, Any]) -> Optional[str]:
         props = torch.cuda.get_device_properties(device)
-        gpu = "".join(c if c.isalnum() else "-" for c in props.name)
-        return f"tensorrt-timing-{self.library_version()}-sm{props.major}{props.minor}-{gpu}"
+        name = f"tensorrt-timing-{self.library_version()}-sm{props.major}{props.minor}-{props.name}"
+        return "".join(c if c.isalnum() or c in "._-" else "-" for c in name)  # a file name the store takes
 
     def build(self, model: onnx.ModelProto, output_metas, device, delegate_options: Mapping[str, Any],
               keep_serialized: bool = False, build_cache: Optional[bytes] = None) -> Engine:
