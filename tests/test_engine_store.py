@@ -244,6 +244,19 @@ def test_a_damaged_shared_build_cache_is_removed_with_one_warning(tmp_path, dama
     assert EngineStore(tmp_path).read_shared("tensorrt-timing-x") == b"new"
 
 
+def test_a_dead_writers_temporary_shared_cache_is_cleaned_up_later(tmp_path):
+    store = EngineStore(tmp_path)
+    store.write_shared("tensorrt-timing-x", b"t")
+    old = tmp_path / "shared" / ".tmp-tensorrt-timing-x-1-dead"
+    recent = tmp_path / "shared" / ".tmp-tensorrt-timing-x-2-live"
+    old.write_bytes(b"half")
+    recent.write_bytes(b"half")
+    os.utime(old, (time.time() - 7200, time.time() - 7200))
+    store.write_shared("tensorrt-timing-x", b"u")
+    assert not old.exists() and recent.exists()  # a writer may still be writing the recent one
+    assert store.read_shared("tensorrt-timing-x") == b"u"
+
+
 def test_shared_build_caches_off_read_only_or_badly_named(tmp_path):
     EngineStore(None).write_shared("tensorrt-timing-x", b"t")
     assert EngineStore(None).read_shared("tensorrt-timing-x") is None

@@ -283,6 +283,11 @@ class EngineStore:
             folder.mkdir(parents=True, exist_ok=True)
             _write(tmp, f"{hashlib.sha256(data).hexdigest()} {len(data)}\n".encode() + data)
             os.replace(tmp, folder / name)
+            now = time.time()
+            for debris in folder.glob(f".tmp-{name}-*"):  # of a writer that died mid-write
+                with contextlib.suppress(OSError):
+                    if now - debris.stat().st_mtime > _DEBRIS_AGE_S:
+                        debris.unlink()
         except OSError as e:
             with contextlib.suppress(OSError):
                 tmp.unlink()
