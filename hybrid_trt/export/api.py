@@ -513,7 +513,7 @@ def _prune_store(store_root: pathlib.Path, partitions: list[dict]) -> None:
             shutil.rmtree(path, ignore_errors=True)
     _slim_entries(store_root)
     shutil.rmtree(store_root / "locks", ignore_errors=True)
-    shutil.rmtree(store_root / "shared", ignore_errors=True)  # build caches (TensorRT's timings): a package never builds
+    shutil.rmtree(store_root / "shared", ignore_errors=True)  # builds' shared caches: a package never builds
     for p in partitions:  # the table's file lists and sizes follow the slimmed entries
         for e in p["engines"]:
             meta = json.loads((store_root.parent / e["entry"] / "meta.json").read_text())
@@ -525,8 +525,7 @@ def _slim_entries(store_root: pathlib.Path) -> None:
     """Each entry again with only the files a deploy-mode load reads: the engine's form that loads
     (``Delegate.deploy_files``: ONNX Runtime's optimized model, not also the lowered one) and no recipe (the
     partition's FX module with its weights, read only to fall back to Inductor or to build a new shape, which a
-    loaded package never does). Each of these held the partition's
-    weights once more. The engine cache keeps every form; only the package drops them."""
+    loaded package never does). Each of these held the partition's weights once more. The engine cache keeps every form; only the package drops them."""
     from ..delegates import get_delegate
     from ..engines.runtime import _ENGINE_PREFIX
     from ..engines.store import EngineStore
