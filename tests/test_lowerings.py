@@ -106,6 +106,9 @@ def C(*args, **kwargs):
 X4 = lambda seed=0: rn(2, 3, 6, 6, seed=seed)  # noqa: E731
 
 
+INF = float("inf")
+
+
 def with_nan(x, *flat_positions):
     """``x`` with NaN at these flat indices (first, last, inner, several in one window/line): ONNX Runtime's
     max-type pools and reductions skip a NaN depending on its position, ATen propagates it."""
@@ -241,7 +244,7 @@ SAMPLES: dict[Any, list[Case]] = {
     aten.lift_fresh_copy.default: [C(T(X3()))],
     aten.neg.default: [C(T(X3())), C(T(ri(3, 4)), id="int64")],
     aten.abs.default: [C(T(X3())), C(T(ri(3, 4)), id="int64")],
-    aten.sign.default: [C(T(X3())), C(T(ri(3, 4)), id="int64")],
+    aten.sign.default: [C(T(X3())), C(T(ri(3, 4)), id="int64"), C(T(with_nan(X3(), 0, 3)), id="nan")],
     aten.exp.default: [C(T(X3()))],
     aten.log.default: [C(T(pos(3, 4)))],
     aten.sqrt.default: [C(T(pos(3, 4)))],
@@ -275,6 +278,9 @@ SAMPLES: dict[Any, list[Case]] = {
                        C(T(ri(3, 4, lo=-20, hi=20)), T(ri(3, 4, lo=-6, hi=-1, seed=1)), id="int_neg_divisor")],
     aten.remainder.Scalar: [C(T(X3() * 5), 1.5), C(T(ri(3, 4, lo=-20, hi=20)), 3, id="int64")],
     aten.remainder.Tensor: [C(T(X3() * 5), T(pos(4, 5) * 2)),
+                            # exact where a - floor(a / b) * b is not: 0 % inf, x % -inf, large quotients
+                            C(T(torch.tensor([0.0, -0.0, 5.0, -5.0, 5.0, 1e30, -1e30, 7.5, -7.5, 1e-3])),
+                              T(torch.tensor([INF, -INF, INF, INF, -INF, 3.0, 3.0, -2.0, -2.0, 1e-7])), id="special"),
                             C(T(ri(3, 4, lo=-20, hi=20)), T(ri(3, 4, lo=-6, hi=-1, seed=1)), id="int_neg_divisor")],
     # indexing.py
     aten.index_select.default: [C(T(X3()), 1, T(torch.tensor([3, 0, 0, 2]))),

@@ -217,7 +217,6 @@ def _unary(op_type: str, *targets, dtypes=FLOAT):
 
 _unary("Neg", aten.neg.default, dtypes=SIGNED)
 _unary("Abs", aten.abs.default, dtypes=NUMERIC)
-_unary("Sign", aten.sign.default, dtypes=NUMERIC)
 _unary("Exp", aten.exp.default)
 _unary("Log", aten.log.default)
 _unary("Sqrt", aten.sqrt.default)
@@ -298,5 +297,20 @@ def lower_remainder(ctx, node):
     a, b = ctx.input(node.args[0], dtype), ctx.input(node.args[1], dtype)
     if not dtype.is_floating_point:
         return ctx.op("Mod", a, b, fmod=0)  # integer Mod with fmod=0 has Python's sign convention, like ATen
-    # Float: a - floor(a / b) * b, ATen's definition (ONNX float Mod is fmod, the C convention).
-    return ctx.op("Sub", a, ctx.op("Mul", ctx.op("Floor", ctx.op("Div", a, b)), b))
+    # Float: ATen's kernel, fmod moved to the divisor's sign when they differ. It is exact, where
+    # a - floor(a / b) * b loses the remainder of a large quotient and gives NaN for 0 % inf.
+    zero = ctx.const(0.0, dtype)
+    mod = ctx.op("Mod", a, b, fmod=1)
+    signs_differ = ctx.op("Xor", ctx.op("Less", b, zero), ctx.op("Less", mod, zero))
+    move = ctx.op("And", ctx.op("Not", ctx.op("Equal", mod, zero)), signs_differ)
+    return ctx.op("Where", move, ctx.op("Add", mod, b), mod)
+
+
+# ONNX Sign(NaN) is NaN; ATen's sign is (0 < x) - (x < 0), which is 0 for NaN.
+@lowering(aten.sign.default, dtypes=NUMERIC)
+def lower_sign(ctx, node):
+    dtype = ctx.dtype(node)
+    x = ctx.input(node.args[0], dtype)
+    if not dtype.is_floating_point:
+        return ctx.op("Sign", x)
+    return ctx.op("Where", ctx.op("IsNaN", x), ctx.const(0.0, dtype), ctx.op("Sign", x))
