@@ -40,7 +40,18 @@ def lower_mul(ctx, node):
 
 _binary("Max", aten.maximum.default)
 _binary("Min", aten.minimum.default)
-_binary("Pow", aten.pow.Tensor_Scalar, aten.pow.Tensor_Tensor, aten.pow.Scalar, dtypes=FLOAT)
+_binary("Pow", aten.pow.Tensor_Tensor, aten.pow.Scalar, dtypes=FLOAT)
+
+
+# ATen computes x ** 0.5 as sqrt(x) and x ** -0.5 as rsqrt(x), which differ from pow at -inf (NaN, not inf).
+@lowering(aten.pow.Tensor_Scalar, dtypes=FLOAT)
+def lower_pow_scalar(ctx, node):
+    dtype = ctx.dtype(node)
+    x, exponent = ctx.input(node.args[0], dtype), node.args[1]
+    if exponent in (0.5, -0.5):
+        root = ctx.op("Sqrt", x)
+        return root if exponent > 0 else ctx.op("Reciprocal", root)
+    return ctx.op("Pow", x, ctx.input(exponent, dtype))
 
 
 def _alpha_scaled(ctx, node, dtype):
