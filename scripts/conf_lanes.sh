@@ -3,6 +3,7 @@
 # (each lane is killed after CONF_LANE_TIMEOUT_S seconds, 570 unless set)
 conf_lanes() {
   local L=$1 budget=$2 note=$3 i=0 dt g
+  mkdir -p "$L"
   shift 3
   for dt in float16 float32; do
     for g in "$@"; do

@@ -250,7 +250,9 @@ cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_device_time_ignores_host_work():
     """Under CUDA graphs only the kernels replay: a call whose cost is nearly all host time (a 20 ms sleep before
     one small kernel) costs almost nothing there. The device sampler, which times Inductor's side under graphs,
-    sees the kernel; the wall sampler sees the sleep."""
+    sees the kernel; the wall sampler sees the sleep. (The device bound is a fifth of the sleep, not the
+    kernel's microseconds: on a GPU other processes share, the kernel may wait its turn between the events, which
+    once measured 1.02 ms on an H100 beside eight test workers.)"""
     from hybrid_trt.timing import device_sampler, wall_sampler
     gpu = torch.device("cuda")
     x = torch.zeros(4, 16, device=gpu)
@@ -258,7 +260,7 @@ def test_device_time_ignores_host_work():
     def host_heavy():
         time.sleep(0.02)
         x.add_(1)
-    assert device_sampler(25.0, gpu)(host_heavy) < 1.0
+    assert device_sampler(25.0, gpu)(host_heavy) < 4.0
     assert wall_sampler(lambda: torch.cuda.synchronize(gpu))(host_heavy) >= 20.0
 
 
