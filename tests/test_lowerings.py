@@ -107,6 +107,7 @@ X4 = lambda seed=0: rn(2, 3, 6, 6, seed=seed)  # noqa: E731
 
 
 INF = float("inf")
+BIG_INT64 = torch.tensor([[2 ** 53 + 1, 2, 0, -7], [2 ** 60 + 3, 5, 1, 2 ** 62], [2 ** 63 - 1, 1, 2 ** 62, 9]])
 
 
 def with_nan(x, *flat_positions):
@@ -512,8 +513,12 @@ SAMPLES: dict[Any, list[Case]] = {
                                         C(T(with_nan(rn(1, 2, 5, 7, 9), 0, 45, 300)), [1, 3, 4], id="nan")],
     # reduction.py
     aten.sum.dim_IntList: [C(T(X3()), [1]), C(T(X3()), [0, -1], True, id="keepdim"),
-                           C(T(ri(3, 4)), [1], id="int64"), C(T(rb(3, 4)), [0], id="bool_count")],
-    aten.sum.default: [C(T(X3())), C(T(rb(3, 4)), id="bool_count")],
+                           C(T(ri(3, 4)), [1], id="int64"), C(T(rb(3, 4)), [0], id="bool_count"),
+                           # int64 sums past 2**53 are exact (ONNX Runtime's ReduceSum rounded them), and wrap
+                           C(T(BIG_INT64), [1], id="int64_past_2_53"),
+                           C(T(BIG_INT64.reshape(2, 3, 2)), [0, 2], True, id="int64_past_2_53_keepdim"),
+                           C(T(BIG_INT64.reshape(2, 6)[:, :0]), [1], id="int64_empty")],
+    aten.sum.default: [C(T(X3())), C(T(rb(3, 4)), id="bool_count"), C(T(BIG_INT64), id="int64_past_2_53")],
     aten.mean.dim: [C(T(X3()), [-1], True), C(T(X3()), [0, 2], id="two_dims"),
                     C(T(X4()), [-1, -2], True, id="global_pool_keepdim"), C(T(X4()), [2, 3], id="global_pool"),
                     C(T(X3()), [2], True, id="global_pool_1d")],

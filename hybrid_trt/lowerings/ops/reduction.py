@@ -35,9 +35,44 @@ def _check_sum(node):
 # A bool sum (counting: ``(scores > t).sum()``) is ATen's int64 sum of the cast flags.
 @lowering(aten.sum.dim_IntList, aten.sum.default, dtypes=ANY, check=_check_sum)
 def lower_sum(ctx, node):
+    x = node.args[0]
     dim = node.args[1] if len(node.args) > 1 else None
     keepdim = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
-    return _reduce(ctx, "ReduceSum", node.args[0], dim, keepdim, ctx.dtype(node))
+    if _may_pass_2_53(ctx, x, _axes(ctx, x, dim), ctx.dtype(node)):
+        return _exact_integer_sum(ctx, x, _axes(ctx, x, dim), bool(keepdim))
+    return _reduce(ctx, "ReduceSum", x, dim, keepdim, ctx.dtype(node))
+
+
+# ONNX Runtime's CPU ReduceSum rounds an int64 sum once it passes 2**53 (its result is that of a float64
+# accumulation: 2**53 + 1 + 2 came out 2**53 + 2). CumSum keeps exact int64 running sums, so an integer sum that
+# could pass 2**53 is the last element of one. Counts (bool) and small integer types cannot get there.
+def _may_pass_2_53(ctx, x, axes, out_dtype) -> bool:
+    in_dtype = ctx.dtype(x)
+    if out_dtype != torch.int64 or in_dtype == torch.bool or in_dtype.is_floating_point or len(ctx.shape(x)) == 0:
+        return False
+    count = 1
+    for a in axes:
+        count *= ctx.shape(x)[a]
+    return count * 2 ** (torch.iinfo(in_dtype).bits - 1) >= 2 ** 53
+
+
+def _exact_integer_sum(ctx, x, axes, keepdim):
+    shape = ctx.shape(x)
+    kept = [a for a in range(len(shape)) if a not in axes]
+    count = 1
+    for a in axes:
+        count *= shape[a]
+    xin = ctx.input(x, torch.int64)
+    if kept + axes != list(range(len(shape))):
+        xin = ctx.op("Transpose", xin, perm=kept + axes)
+    rows = ctx.op("Reshape", xin, ctx.ints([shape[a] for a in kept] + [count]))
+    # A leading 0 on each row: the last running sum of an empty row is then 0, as ATen's empty sum.
+    pads = [0] * len(kept) + [1] + [0] * (len(kept) + 1)
+    running = ctx.op("CumSum", ctx.op("Pad", rows, ctx.ints(pads), ctx.const(0, torch.int64), mode="constant"),
+                     ctx.const(len(kept), torch.int64))
+    last = ctx.op("Slice", running, ctx.ints([-1]), ctx.ints([2 ** 63 - 1]), ctx.ints([len(kept)]))
+    out_shape = [1 if a in axes else n for a, n in enumerate(shape)] if keepdim else [shape[a] for a in kept]
+    return ctx.op("Reshape", last, ctx.ints(out_shape))
 
 
 @lowering(aten.mean.dim, aten.mean.default, dtypes=FLOAT,
