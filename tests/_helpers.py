@@ -3,7 +3,8 @@ import torch
 
 
 def assert_close(actual, expected, rtol=1e-4, atol=1e-4, what="output"):
-    """Structural comparison of (nested tuples of) tensors: same dtype and shape, values within tolerance."""
+    """Structural comparison of (nested tuples of) tensors: same dtype and shape, float values within tolerance,
+    integer and bool values equal."""
     if isinstance(expected, (tuple, list)):
         assert isinstance(actual, (tuple, list)) and len(actual) == len(expected), \
             f"{what}: expected {len(expected)} outputs, got {type(actual).__name__} {actual!r:.200}"
@@ -13,6 +14,8 @@ def assert_close(actual, expected, rtol=1e-4, atol=1e-4, what="output"):
     assert isinstance(actual, torch.Tensor), f"{what}: expected a tensor, got {type(actual).__name__}"
     assert actual.dtype == expected.dtype, f"{what}: dtype {actual.dtype} != {expected.dtype}"
     assert actual.shape == expected.shape, f"{what}: shape {tuple(actual.shape)} != {tuple(expected.shape)}"
+    if not (expected.is_floating_point() or expected.is_complex()):
+        rtol = atol = 0  # integers and flags are exact (a tolerance let 2**60 + 3 pass as 2**60)
     torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol, equal_nan=True, msg=lambda m: f"{what}: {m}")
 
 

@@ -107,6 +107,7 @@ X4 = lambda seed=0: rn(2, 3, 6, 6, seed=seed)  # noqa: E731
 
 
 INF = float("inf")
+BIG_NUMERATORS = torch.tensor([2 ** 60 + 3, -(2 ** 60) - 3, 2 ** 53 + 1, -7, 7, 2 ** 63 - 1, -(2 ** 63) + 5, -(2 ** 63)])
 BIG_INT64 = torch.tensor([[2 ** 53 + 1, 2, 0, -7], [2 ** 60 + 3, 5, 1, 2 ** 62], [2 ** 63 - 1, 1, 2 ** 62, 9]])
 
 
@@ -213,6 +214,13 @@ SAMPLES: dict[Any, list[Case]] = {
         C(T(X3() * 5), T(pos(4, 5)), rounding_mode="trunc", id="float_trunc"),
         C(T(ri(3, 4, lo=-20, hi=20)), T(ri(3, 4, lo=1, hi=7, seed=1)), rounding_mode="floor", id="int_floor"),
         C(T(ri(3, 4, lo=-20, hi=20)), T(ri(3, 4, lo=1, hi=7, seed=1)), rounding_mode="trunc", id="int_trunc"),
+        # exact past 2**53 (float64 rounded them); INT64_MIN // -1 wraps as in ATen (ONNX Runtime's Div traps)
+        C(T(BIG_NUMERATORS), T(torch.tensor([7, 7, 2, 2, -2, 3, -3, -1])), rounding_mode="floor",
+          id="int64_past_2_53_floor"),
+        C(T(BIG_NUMERATORS), T(torch.tensor([7, 7, 2, 2, -2, 3, -3, 1])), rounding_mode="trunc",
+          id="int64_past_2_53_trunc"),
+        C(T(ri(3, 4, lo=-20, hi=20).int()), T(ri(3, 4, lo=-7, hi=-1, seed=1).int()), rounding_mode="floor",
+          id="int32_negative_divisor"),
     ],
     aten.div.Scalar_mode: [C(T(ri(3, 4, lo=-20, hi=20)), 3, rounding_mode="floor")],
     aten.eq.Tensor: [C(T(ri(3, 4, lo=0, hi=3)), T(ri(3, 4, lo=0, hi=3, seed=1)))],

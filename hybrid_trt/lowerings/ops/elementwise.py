@@ -120,16 +120,32 @@ def lower_div(ctx, node):
     dtype = ctx.dtype(node)
     mode = node.kwargs.get("rounding_mode")
     if mode is not None and not dtype.is_floating_point:
-        # Integer floor/trunc division: divide in float64 (exact for the sizes seen here), round, cast back.
-        q = ctx.op("Div", ctx.input(node.args[0], torch.float64), ctx.input(node.args[1], torch.float64))
-        q = ctx.op("Floor", q) if mode == "floor" else _trunc(ctx, q)
-        return ctx.cast(q, dtype)
+        return ctx.cast(_integer_division(ctx, node.args[0], node.args[1], mode), dtype)
     q = ctx.op("Div", ctx.input(node.args[0], dtype), ctx.input(node.args[1], dtype))
     if mode == "floor":
         return ctx.op("Floor", q)
     if mode == "trunc":
         return _trunc(ctx, q)
     return q
+
+
+def _integer_division(ctx, a, b, mode: str) -> str:
+    """ATen's integer floor/trunc division, exact in int64 (float64 rounds past 2**53: a voxel key or a hash).
+    ONNX integer Div truncates. INT64_MIN / -1 traps in ONNX Runtime's CPU Div (SIGFPE, the process dies), so a
+    divisor of -1 is replaced and the quotient is -a, which wraps as ATen's does. A divisor of 0 raises there, as
+    in eager."""
+    a, b = ctx.input(a, torch.int64), ctx.input(b, torch.int64)
+    minus_one = ctx.op("Equal", b, ctx.const(-1, torch.int64))
+    q = ctx.op("Div", a, ctx.op("Where", minus_one, ctx.const(1, torch.int64), b))
+    q = ctx.op("Where", minus_one, ctx.op("Neg", a), q)
+    if mode == "trunc":
+        return q
+    # floor: one less where the division was inexact and the signs differ (the C remainder has a's sign)
+    r = ctx.op("Mod", a, b, fmod=1)
+    zero = ctx.const(0, torch.int64)
+    inexact_negative = ctx.op("And", ctx.op("Not", ctx.op("Equal", r, zero)),
+                              ctx.op("Xor", ctx.op("Less", r, zero), ctx.op("Less", b, zero)))
+    return ctx.op("Sub", q, ctx.cast(inexact_negative, torch.int64))
 
 
 def _trunc(ctx, x):
