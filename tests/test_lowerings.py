@@ -107,6 +107,7 @@ X4 = lambda seed=0: rn(2, 3, 6, 6, seed=seed)  # noqa: E731
 
 
 INF = float("inf")
+NAN = float("nan")
 BIG_NUMERATORS = torch.tensor([2 ** 60 + 3, -(2 ** 60) - 3, 2 ** 53 + 1, -7, 7, 2 ** 63 - 1, -(2 ** 63) + 5, -(2 ** 63)])
 BIG_INT64 = torch.tensor([[2 ** 53 + 1, 2, 0, -7], [2 ** 60 + 3, 5, 1, 2 ** 62], [2 ** 63 - 1, 1, 2 ** 62, 9]])
 
@@ -879,6 +880,75 @@ def test_float64_lowering_runs_on_onnxruntime_or_is_declined(target, case):
     model, tensor_inputs, expected = lowered
     actual = _run_onnx(model, tensor_inputs)
     assert_close(actual, expected, rtol=1e-7, atol=1e-7, what=f"{target} (float64)")
+
+
+# -- special values: every op of one or two tensors, on a grid of NaN, infinities, signed zeros and extremes ------
+_FLOAT_GRID = torch.tensor([NAN, INF, -INF, -0.0, 0.0, -1.5, 2.5, 1e30, -1e30, 0.5, -0.5, 3.0, -7.0, 1.0])
+_INT_GRID = torch.tensor([-(2 ** 63), 2 ** 63 - 1, -1, 0, 1, 2, 3, -7, 100, 2 ** 53 + 1, -(2 ** 60) - 3])
+_INT_DIVISORS = torch.tensor([-(2 ** 63), 2 ** 63 - 1, 1, 2, 3, -7, 100])  # no 0 (eager raises), no -1 (eager traps)
+# Where eager's own kernel is the outlier, those elements are left out, and why:
+_EAGER_OUTLIERS = {
+    aten.gelu.default: ("eager's CPU kernel gives NaN at +inf; Inductor and the delegate give +inf",
+                        lambda a, *_: a == INF),
+    aten.var.correction: ("ATen's Welford gives 0 for a constant row of 1e30; two passes overflow to inf, as "
+                          "float32 must", lambda a, *_: a.abs() == 1e30),
+}
+
+
+def _special_value_cases():
+    params = []
+    for target in _registered():
+        if not isinstance(target, torch._ops.OpOverload):
+            continue
+        args = target._schema.arguments
+        required = [a for a in args if not a.has_default_value() and not a.kwarg_only]
+        types = [str(a.type) for a in required]
+        if not required or len(required) > 2 or types[0] != "Tensor" \
+                or types[1:] not in ([], ["Tensor"], ["number"]):
+            continue
+        for kind in ("float32", "int64"):
+            params.append(pytest.param(target, types[1:], kind, id=f"{target}-{kind}"))
+    return params
+
+
+_SCALARS = {"float32": (0.5, -0.5, 2.0, 3.0, -1.0, 0.0, INF), "int64": (2, 3, -7, 1)}
+
+
+@pytest.mark.parametrize("target,second,kind", _special_value_cases())
+def test_special_values_match_eager(target, second, kind):
+    """Every delegated op of one or two tensors (or a tensor and a number) gives eager's answer on NaN, +-inf,
+    +-0, 1e30 and the int64 extremes (each element of the grid against each, for two tensors; against each of a
+    few numbers). Found this way: sign(NaN) (ONNX: NaN, ATen: 0), 0 % inf, x ** 0.5 at -inf, and int64 sums
+    rounded past 2**53."""
+    grid = _FLOAT_GRID if kind == "float32" else _INT_GRID
+    other = _FLOAT_GRID if kind == "float32" else _INT_DIVISORS
+    a = grid[:, None].expand(len(grid), len(other)).contiguous()
+    b = other[None, :].expand(len(grid), len(other)).contiguous()
+    if second == ["number"]:
+        variants = [(a, v) for v in _SCALARS[kind]]
+    else:
+        variants = [(a,) if not second else (a, b)]
+    ran = 0
+    for inputs in variants:
+        try:
+            eager = target(*inputs)
+        except (RuntimeError, TypeError, ValueError, IndexError):
+            continue  # eager PyTorch does not take these inputs
+        outputs = tuple(range(len(eager))) if isinstance(eager, (tuple, list)) else None
+        case = Case(tuple(T(x) if isinstance(x, torch.Tensor) else x for x in inputs), outputs=outputs)
+        lowered = _lowered_unless_declined(target, case, "")
+        if lowered is None:
+            continue  # declined by the capability check
+        model, tensor_inputs, expected = lowered
+        actual = _run_onnx(model, tensor_inputs)
+        if target in _EAGER_OUTLIERS and expected[0].shape == a.shape:
+            keep = ~_EAGER_OUTLIERS[target][1](*inputs)
+            actual, expected = [actual[0][keep]], [expected[0][keep]]
+        what = f"{target} with {inputs[1]}" if second == ["number"] else str(target)
+        assert_close(actual, expected, rtol=1e-5, atol=1e-6, what=what)
+        ran += 1
+    if not ran:
+        pytest.skip("eager PyTorch does not take these inputs, or the capability check declines them")
 
 
 def test_resnet18_partition_lowers_in_under_a_second():
