@@ -890,8 +890,8 @@ _INT_DIVISORS = torch.tensor([-(2 ** 63), 2 ** 63 - 1, 1, 2, 3, -7, 100])  # no 
 _EAGER_OUTLIERS = {
     aten.gelu.default: ("eager's CPU kernel gives NaN at +inf; Inductor and the delegate give +inf",
                         lambda a, *_: a == INF),
-    aten.var.correction: ("ATen's Welford gives 0 for a constant row of 1e30; two passes overflow to inf, as "
-                          "float32 must", lambda a, *_: a.abs() == 1e30),
+    aten.var.correction: ("ATen's (and Inductor's) Welford gives 0 for a constant row of 1e30; the lowering's two "
+                          "passes overflow float32 to inf (README)", lambda a, *_: a.abs() == 1e30),
 }
 
 
