@@ -886,6 +886,10 @@ def test_float64_lowering_runs_on_onnxruntime_or_is_declined(target, case):
 _FLOAT_GRID = torch.tensor([NAN, INF, -INF, -0.0, 0.0, -1.5, 2.5, 1e30, -1e30, 0.5, -0.5, 3.0, -7.0, 1.0])
 _INT_GRID = torch.tensor([-(2 ** 63), 2 ** 63 - 1, -1, 0, 1, 2, 3, -7, 100, 2 ** 53 + 1, -(2 ** 60) - 3])
 _INT_DIVISORS = torch.tensor([-(2 ** 63), 2 ** 63 - 1, 1, 2, 3, -7, 100])  # no 0 (eager raises), no -1 (eager traps)
+_INT32_GRID = torch.tensor([-(2 ** 31), 2 ** 31 - 1, -1, 0, 1, 2, 3, -7, 100], dtype=torch.int32)
+_INT32_DIVISORS = torch.tensor([-(2 ** 31), 2 ** 31 - 1, 1, 2, 3, -7, 100], dtype=torch.int32)
+_GRIDS = {"float32": (_FLOAT_GRID, _FLOAT_GRID), "int64": (_INT_GRID, _INT_DIVISORS),
+          "int32": (_INT32_GRID, _INT32_DIVISORS)}
 # Where eager's own kernel is the outlier, those elements are left out, and why:
 _EAGER_OUTLIERS = {
     aten.gelu.default: ("eager's CPU kernel gives NaN at +inf; Inductor and the delegate give +inf",
@@ -906,22 +910,21 @@ def _special_value_cases():
         if not required or len(required) > 2 or types[0] != "Tensor" \
                 or types[1:] not in ([], ["Tensor"], ["number"]):
             continue
-        for kind in ("float32", "int64"):
+        for kind in _GRIDS:
             params.append(pytest.param(target, types[1:], kind, id=f"{target}-{kind}"))
     return params
 
 
-_SCALARS = {"float32": (0.5, -0.5, 2.0, 3.0, -1.0, 0.0, INF), "int64": (2, 3, -7, 1)}
+_SCALARS = {"float32": (0.5, -0.5, 2.0, 3.0, -1.0, 0.0, INF), "int64": (2, 3, -7, 1), "int32": (2, 3, -7, 1)}
 
 
 @pytest.mark.parametrize("target,second,kind", _special_value_cases())
 def test_special_values_match_eager(target, second, kind):
     """Every delegated op of one or two tensors (or a tensor and a number) gives eager's answer on NaN, +-inf,
-    +-0, 1e30 and the int64 extremes (each element of the grid against each, for two tensors; against each of a
-    few numbers). Found this way: sign(NaN) (ONNX: NaN, ATen: 0), 0 % inf, x ** 0.5 at -inf, and int64 sums
-    rounded past 2**53."""
-    grid = _FLOAT_GRID if kind == "float32" else _INT_GRID
-    other = _FLOAT_GRID if kind == "float32" else _INT_DIVISORS
+    +-0, 1e30 and the int32 and int64 extremes (each element of the grid against each, for two tensors; against
+    each of a few numbers). Found this way: sign(NaN) (ONNX: NaN, ATen: 0), 0 % inf, x ** 0.5 at -inf, and int64
+    sums rounded past 2**53."""
+    grid, other = _GRIDS[kind]
     a = grid[:, None].expand(len(grid), len(other)).contiguous()
     b = other[None, :].expand(len(grid), len(other)).contiguous()
     if second == ["number"]:
