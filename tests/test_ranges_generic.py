@@ -91,6 +91,15 @@ class SizedConstants(nn.Module):
                 torch.full_like(x, 0.5) * x)
 
 
+class IntegerKeys(nn.Module):
+    """int64 sums past 2**53 (voxel- or hash-style keys): exact running sums (CumSum and a Slice per reduced axis),
+    with no size written into the graph."""
+
+    def forward(self, x):
+        keys = (x * 1000).to(torch.int64) * 2 ** 40
+        return torch.relu(x) * 2, keys.sum(-1) + 1, keys.sum((1, 3), keepdim=True) * 3
+
+
 BATCH = Dim("batch", min=1, max=4)
 SPATIAL = {0: BATCH, 2: Dim("h", min=4, max=12), 3: Dim("w", min=4, max=12)}
 
@@ -105,6 +114,7 @@ CASES = {
     "nearest_by_size": (lambda: Upsample("nearest", by_size=True), SPATIAL),
     "fpn_top_down": (TopDown, SPATIAL),
     "sized_constants": (SizedConstants, SPATIAL),
+    "integer_keys": (IntegerKeys, SPATIAL),
 }
 # (batch, h, w): min, opt (the example's), max, and in between (odd sizes, none of them sampled).
 POINTS = [(1, 4, 4), (2, 8, 8), (4, 12, 12), (3, 7, 11)]

@@ -57,22 +57,18 @@ def _may_pass_2_53(ctx, x, axes, out_dtype) -> bool:
 
 
 def _exact_integer_sum(ctx, x, axes, keepdim):
+    # Along each reduced axis in turn: the running sum's last element. No size is written into the graph, so a
+    # partition with dynamic sizes keeps one engine for its range (engines/ranges.py).
     shape = ctx.shape(x)
-    kept = [a for a in range(len(shape)) if a not in axes]
-    count = 1
-    for a in axes:
-        count *= shape[a]
-    xin = ctx.input(x, torch.int64)
-    if kept + axes != list(range(len(shape))):
-        xin = ctx.op("Transpose", xin, perm=kept + axes)
-    rows = ctx.op("Reshape", xin, ctx.ints([shape[a] for a in kept] + [count]))
-    # A leading 0 on each row: the last running sum of an empty row is then 0, as ATen's empty sum.
-    pads = [0] * len(kept) + [1] + [0] * (len(kept) + 1)
-    running = ctx.op("CumSum", ctx.op("Pad", rows, ctx.ints(pads), ctx.const(0, torch.int64), mode="constant"),
-                     ctx.const(len(kept), torch.int64))
-    last = ctx.op("Slice", running, ctx.ints([-1]), ctx.ints([2 ** 63 - 1]), ctx.ints([len(kept)]))
-    out_shape = [1 if a in axes else n for a, n in enumerate(shape)] if keepdim else [shape[a] for a in kept]
-    return ctx.op("Reshape", last, ctx.ints(out_shape))
+    if 0 in shape:  # an empty sum is 0, as in ATen (the last running sum of an empty axis is nothing)
+        out_shape = [1 if a in axes else n for a, n in enumerate(shape)] if keepdim else \
+            [n for a, n in enumerate(shape) if a not in axes]
+        return ctx.op("Identity", ctx.tensor_const(torch.zeros(out_shape, dtype=torch.int64)))
+    total = ctx.input(x, torch.int64)
+    for axis in axes:
+        running = ctx.op("CumSum", total, ctx.const(axis, torch.int64))
+        total = ctx.op("Slice", running, ctx.ints([-1]), ctx.ints([2 ** 63 - 1]), ctx.ints([axis]))
+    return total if keepdim else ctx.op("Squeeze", total, ctx.ints(axes))
 
 
 @lowering(aten.mean.dim, aten.mean.default, dtypes=FLOAT,
