@@ -134,17 +134,24 @@ def _integer_division(ctx, a, b, mode: str) -> str:
     ONNX integer Div truncates. INT64_MIN / -1 traps in ONNX Runtime's CPU Div (SIGFPE, the process dies), so a
     divisor of -1 is replaced and the quotient is -a, which wraps as ATen's does. A divisor of 0 raises there, as
     in eager."""
+    positive = isinstance(b, int) and b > 0  # a number, as in a top-k index's `idx // (h * w)`: fewer operators
     a, b = ctx.input(a, torch.int64), ctx.input(b, torch.int64)
-    minus_one = ctx.op("Equal", b, ctx.const(-1, torch.int64))
-    q = ctx.op("Div", a, ctx.op("Where", minus_one, ctx.const(1, torch.int64), b))
-    q = ctx.op("Where", minus_one, ctx.op("Neg", a), q)
+    if positive:
+        q = ctx.op("Div", a, b)
+    else:
+        minus_one = ctx.op("Equal", b, ctx.const(-1, torch.int64))
+        q = ctx.op("Div", a, ctx.op("Where", minus_one, ctx.const(1, torch.int64), b))
+        q = ctx.op("Where", minus_one, ctx.op("Neg", a), q)
     if mode == "trunc":
         return q
     # floor: one less where the division was inexact and the signs differ (the C remainder has a's sign)
     r = ctx.op("Mod", a, b, fmod=1)
     zero = ctx.const(0, torch.int64)
-    inexact_negative = ctx.op("And", ctx.op("Not", ctx.op("Equal", r, zero)),
-                              ctx.op("Xor", ctx.op("Less", r, zero), ctx.op("Less", b, zero)))
+    if positive:
+        inexact_negative = ctx.op("Less", r, zero)
+    else:
+        inexact_negative = ctx.op("And", ctx.op("Not", ctx.op("Equal", r, zero)),
+                                  ctx.op("Xor", ctx.op("Less", r, zero), ctx.op("Less", b, zero)))
     return ctx.op("Sub", q, ctx.cast(inexact_negative, torch.int64))
 
 
