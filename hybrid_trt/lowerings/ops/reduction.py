@@ -53,7 +53,7 @@ def _may_pass_2_53(ctx, x, axes, out_dtype) -> bool:
     count = 1
     for a in axes:
         count *= ctx.shape(x)[a]
-    return count * 2 ** (torch.iinfo(in_dtype).bits - 1) >= 2 ** 53
+    return count * max(-torch.iinfo(in_dtype).min, torch.iinfo(in_dtype).max) >= 2 ** 53
 
 
 def _exact_integer_sum(ctx, x, axes, keepdim):
