@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import itertools
 import operator
 import time
 from typing import Any, Optional
@@ -908,39 +909,48 @@ def _special_value_cases():
     for target in _registered():
         if not isinstance(target, torch._ops.OpOverload):
             continue
-        args = target._schema.arguments
-        required = [a for a in args if not a.has_default_value() and not a.kwarg_only]
+        required = [a for a in target._schema.arguments if not a.has_default_value() and not a.kwarg_only]
         types = [str(a.type) for a in required]
-        if not required or len(required) > 2 or types[0] != "Tensor" \
-                or types[1:] not in ([], ["Tensor"], ["number"]):
+        if not types or types[0] != "Tensor" or types.count("Tensor") > 2 \
+                or any(t not in _ARGUMENT_VALUES for t in types[1:]) \
+                or any(a.name in ("dtype", "layout", "device") for a in required):  # a dtype's schema type is int
             continue
         for kind in _GRIDS:
             params.append(pytest.param(target, types[1:], kind, id=f"{target}-{kind}"))
     return params
 
 
-_SCALARS = {"float32": (0.5, -0.5, 2.0, 3.0, -1.0, 0.0, INF), "int64": (2, 3, -7, 1), "int32": (2, 3, -7, 1)}
+# The values tried for each non-first argument (every combination, those eager refuses left out).
+_ARGUMENT_VALUES = {
+    "Tensor": {kind: ("other",) for kind in ("float32", "int64", "int32")},
+    "number": {"float32": (0.5, -0.5, 2.0, 3.0, -1.0, 0.0, INF), "int64": (2, 3, -7, 1), "int32": (2, 3, -7, 1)},
+    "int": (1, 0, -1), "bool": (False, True),
+    "List[int]": ([1], [0], [-1], [1, 0], [0, 1]), "Optional[List[int]]": ([1], [0], [0, 1]),
+}
 
 
-@pytest.mark.parametrize("target,second,kind", _special_value_cases())
-def test_special_values_match_eager(target, second, kind):
-    """Every delegated op of one or two tensors (or a tensor and a number) gives eager's answer on NaN, +-inf,
-    +-0, 1e30 and the int32 and int64 extremes (each element of the grid against each, for two tensors; against
-    each of a few numbers). Found this way: sign(NaN) (ONNX: NaN, ATen: 0), 0 % inf, x ** 0.5 at -inf, and int64
-    sums rounded past 2**53."""
-    grid, other = _GRIDS[kind]
-    a = grid[:, None].expand(len(grid), len(other)).contiguous()
-    b = other[None, :].expand(len(grid), len(other)).contiguous()
-    if second == ["number"]:
-        variants = [(a, v) for v in _SCALARS[kind]]
-    else:
-        variants = [(a,) if not second else (a, b)]
+def _argument_values(type_name, kind, other):
+    values = _ARGUMENT_VALUES[type_name]
+    values = values[kind] if isinstance(values, dict) else values
+    return [other if v == "other" else v for v in values]
+
+
+@pytest.mark.parametrize("target,rest,kind", _special_value_cases())
+def test_special_values_match_eager(target, rest, kind):
+    """Every delegated op of one or two tensors (with numbers, dims or flags) gives eager's answer on NaN, +-inf,
+    +-0, 1e30 and the int32 and int64 extremes (each element of the grid against each, for two tensors; with each
+    combination of a few numbers, dims and flags). Found this way: sign(NaN) (ONNX: NaN, ATen: 0), 0 % inf,
+    x ** 0.5 at -inf, and int64 sums rounded past 2**53."""
+    grid, other_grid = _GRIDS[kind]
+    a = grid[:, None].expand(len(grid), len(other_grid)).contiguous()
+    b = other_grid[None, :].expand(len(grid), len(other_grid)).contiguous()
     ran = 0
-    for inputs in variants:
+    for rest_values in itertools.product(*(_argument_values(t, kind, b) for t in rest)):
+        inputs = (a, *rest_values)
         try:
             eager = target(*inputs)
         except (RuntimeError, TypeError, ValueError, IndexError):
-            continue  # eager PyTorch does not take these inputs
+            continue  # eager PyTorch does not take these arguments
         outputs = tuple(range(len(eager))) if isinstance(eager, (tuple, list)) else None
         case = Case(tuple(T(x) if isinstance(x, torch.Tensor) else x for x in inputs), outputs=outputs)
         lowered = _lowered_unless_declined(target, case, "")
@@ -951,11 +961,17 @@ def test_special_values_match_eager(target, second, kind):
         if target in _EAGER_OUTLIERS and expected[0].shape == a.shape:
             keep = ~_EAGER_OUTLIERS[target][1](*inputs)
             actual, expected = [actual[0][keep]], [expected[0][keep]]
-        what = f"{target} with {inputs[1]}" if second == ["number"] else str(target)
+        what = f"{target} with {[v if not isinstance(v, torch.Tensor) else 'tensor' for v in rest_values]}"
+        if target is aten.topk.default:  # equal values may come in another order (README): each index must
+            dim = rest_values[1] if len(rest_values) > 1 else -1  # point at its value
+            assert_close(actual[0], expected[0], what=what)
+            assert_close(a.gather(dim, actual[1]), expected[0], what=f"{what}: values at the indices")
+            ran += 1
+            continue
         assert_close(actual, expected, rtol=1e-5, atol=1e-6, what=what)
         ran += 1
     if not ran:
-        pytest.skip("eager PyTorch does not take these inputs, or the capability check declines them")
+        pytest.skip("eager PyTorch does not take these arguments, or the capability check declines them")
 
 
 def test_resnet18_partition_lowers_in_under_a_second():
