@@ -32,12 +32,15 @@ case ${1:?stage} in
     echo "tests rc=$?"; grep -E "FAILED|ERROR|XPASS|passed|failed|Timeout" $L/check.log | tail -25
     ;;
   extra)  # the GPU tests outside `check`: other devices' inputs, the GPU in the engine key, placement on CUDA,
-          # frames shared by module instances on CUDA, and a model over 2 GB delegated and loaded warm (LARGE_TESTS)
+          # frames shared by module instances on CUDA, and a model over 2 GB delegated and loaded warm (LARGE_TESTS);
+          # then scripts/probe_special_values_cuda.py
     TEST_HANG_LOG=$L/hang.log TEST_HANG_EXIT_S=240 LARGE_TESTS=1 timeout ${2:-400} python3 -m pytest -v \
       -p no:cacheprovider -n 8 --dist load -rfE --junitxml=$L/extra.xml \
       tests/test_bad_input.py tests/test_engine_key.py tests/test_placement.py tests/test_shared_frames.py \
       tests/test_external_data.py -k "cuda or gpu or device or over_2gb" > $L/extra.log 2>&1
     echo "tests rc=$?"; grep -E "FAILED|ERROR|XPASS|passed|failed|Timeout" $L/extra.log | tail -25
+    # the special-value lowerings on the CUDA provider (session 43: int64 sums and divisions, sign, remainder, pow)
+    timeout 120 python3 scripts/probe_special_values_cuda.py > $L/special_values.log 2>&1; cat $L/special_values.log
     ;;
   lidar)  # issue 10: where the LiDAR example's hybrid compile loses to Inductor's (scripts/lidar_gap_probe.py)
     timeout ${2:-300} python3 scripts/lidar_gap_probe.py > $L/lidar_gap.log 2>&1
