@@ -893,8 +893,8 @@ _INT_GRID = torch.tensor([-(2 ** 63), 2 ** 63 - 1, -1, 0, 1, 2, 3, -7, 100, 2 **
 _INT_DIVISORS = torch.tensor([-(2 ** 63), 2 ** 63 - 1, 1, 2, 3, -7, 100])  # no 0 (eager raises), no -1 (eager traps)
 _INT32_GRID = torch.tensor([-(2 ** 31), 2 ** 31 - 1, -1, 0, 1, 2, 3, -7, 100], dtype=torch.int32)
 _INT32_DIVISORS = torch.tensor([-(2 ** 31), 2 ** 31 - 1, 1, 2, 3, -7, 100], dtype=torch.int32)
-_GRIDS = {"float32": (_FLOAT_GRID, _FLOAT_GRID), "int64": (_INT_GRID, _INT_DIVISORS),
-          "int32": (_INT32_GRID, _INT32_DIVISORS)}
+_GRIDS = {"float32": (_FLOAT_GRID, _FLOAT_GRID), "float64": (_FLOAT_GRID.double(), _FLOAT_GRID.double()),
+          "int64": (_INT_GRID, _INT_DIVISORS), "int32": (_INT32_GRID, _INT32_DIVISORS)}
 # Where eager's own kernel is the outlier, those elements are left out, and why:
 _EAGER_OUTLIERS = {
     aten.gelu.default: ("eager's CPU kernel gives NaN at +inf; Inductor and the delegate give +inf",
@@ -923,8 +923,9 @@ def _special_value_cases():
 
 # The values tried for each non-first argument (every combination, those eager refuses left out).
 _ARGUMENT_VALUES = {
-    "Tensor": {kind: ("other",) for kind in ("float32", "int64", "int32")},
-    "number": {"float32": (0.5, -0.5, 2.0, 3.0, -1.0, 0.0, INF), "int64": (2, 3, -7, 1), "int32": (2, 3, -7, 1)},
+    "Tensor": {kind: ("other",) for kind in ("float32", "float64", "int64", "int32")},
+    "number": {"float32": (0.5, -0.5, 2.0, 3.0, -1.0, 0.0, INF), "float64": (0.5, -0.5, 2.0, -1.0, INF),
+               "int64": (2, 3, -7, 1), "int32": (2, 3, -7, 1)},
     "int": (1, 0, -1), "bool": (False, True),
     "List[int]": ([1], [0], [-1], [1, 0], [0, 1]), "Optional[List[int]]": ([1], [0], [0, 1]),
 }
@@ -939,9 +940,9 @@ def _argument_values(type_name, kind, other):
 @pytest.mark.parametrize("target,rest,kind", _special_value_cases())
 def test_special_values_match_eager(target, rest, kind):
     """Every delegated op of one or two tensors (with numbers, dims or flags) gives eager's answer on NaN, +-inf,
-    +-0, 1e30 and the int32 and int64 extremes (each element of the grid against each, for two tensors; with each
-    combination of a few numbers, dims and flags). Found this way: sign(NaN) (ONNX: NaN, ATen: 0), 0 % inf,
-    x ** 0.5 at -inf, and int64 sums rounded past 2**53."""
+    +-0, 1e30 (float32 and float64) and the int32 and int64 extremes (each element of the grid against each, for
+    two tensors; with each combination of a few numbers, dims and flags). Found this way: sign(NaN) (ONNX: NaN,
+    ATen: 0), 0 % inf, x ** 0.5 at -inf, and int64 sums rounded past 2**53."""
     grid, other_grid = _GRIDS[kind]
     a = grid[:, None].expand(len(grid), len(other_grid)).contiguous()
     b = other_grid[None, :].expand(len(grid), len(other_grid)).contiguous()
