@@ -216,6 +216,10 @@ SAMPLES: dict[Any, list[Case]] = {
         C(T(X3() * 5), T(pos(4, 5)), rounding_mode="trunc", id="float_trunc"),
         C(T(ri(3, 4, lo=-20, hi=20)), T(ri(3, 4, lo=1, hi=7, seed=1)), rounding_mode="floor", id="int_floor"),
         C(T(ri(3, 4, lo=-20, hi=20)), T(ri(3, 4, lo=1, hi=7, seed=1)), rounding_mode="trunc", id="int_trunc"),
+        # Python's float floor division, not floor(a / b): 1.0 // 0.1 is 9, inf // 3 NaN, x // 0 is x / 0
+        C(T(torch.tensor([1.0, 7.0, -1.0, 0.3, 5.5, 1e30, INF, 2.0, 5.0, -5.0, 0.0, -7.5, 7.5])),
+          T(torch.tensor([0.1, 0.7, 0.1, 0.1, 0.5, 3.0, 3.0, INF, 0.0, 0.0, 0.0, 2.0, -2.0])), rounding_mode="floor",
+          id="float_floor_as_python"),
         # exact past 2**53 (float64 rounded them); INT64_MIN // -1 wraps as in ATen (ONNX Runtime's Div traps)
         C(T(BIG_NUMERATORS), T(torch.tensor([7, 7, 2, 2, -2, 3, -3, -1])), rounding_mode="floor",
           id="int64_past_2_53_floor"),
@@ -913,15 +917,20 @@ def _special_value_cases():
         if not isinstance(target, torch._ops.OpOverload):
             continue
         required = [a for a in target._schema.arguments if not a.has_default_value() and not a.kwarg_only]
+        keywords = [a.name for a in target._schema.arguments if not a.has_default_value() and a.kwarg_only]
         types = [str(a.type) for a in required]
         if not types or types[0] != "Tensor" or types.count("Tensor") > 3 \
                 or any(t not in _ARGUMENT_VALUES for t in types[1:]) \
+                or any(k not in _KEYWORD_VALUES for k in keywords) \
                 or any(a.name in ("dtype", "layout", "device") for a in required):  # a dtype's schema type is int
             continue
         for kind, (grid, _other) in _GRIDS.items():
             if grid.dtype in lowering_for(target).dtypes:  # else the capability check declines every sample
-                params.append(pytest.param(target, types[1:], kind, id=f"{target}-{kind}"))
+                params.append(pytest.param(target, types[1:], keywords, kind, id=f"{target}-{kind}"))
     return params
+
+
+_KEYWORD_VALUES = {"rounding_mode": (None, "floor", "trunc")}
 
 
 # The values tried for each non-first argument (every combination, those eager refuses left out).
@@ -940,8 +949,8 @@ def _argument_values(type_name, kind, other):
     return [other if isinstance(v, str) else v for v in values]
 
 
-@pytest.mark.parametrize("target,rest,kind", _special_value_cases())
-def test_special_values_match_eager(target, rest, kind):
+@pytest.mark.parametrize("target,rest,keywords,kind", _special_value_cases())
+def test_special_values_match_eager(target, rest, keywords, kind):
     """Every delegated op of one to three tensors (with numbers, dims or flags) gives eager's answer on NaN, +-inf,
     +-0, 1e30 (float32 and float64) and the int32 and int64 extremes (each element of the grid against each, for
     two tensors; with each combination of a few numbers, dims and flags). Found this way: sign(NaN) (ONNX: NaN,
@@ -952,14 +961,17 @@ def test_special_values_match_eager(target, rest, kind):
     others = iter((b, b.flip(0)))  # a third tensor: the second's rows in reverse
     ran = 0
     choices = [_argument_values(t, kind, next(others) if t == "Tensor" else None) for t in rest]
-    for rest_values in itertools.product(*choices):
+    choices += [_KEYWORD_VALUES[k] for k in keywords]
+    for values in itertools.product(*choices):
+        rest_values, keyword_values = values[:len(rest)], dict(zip(keywords, values[len(rest):]))
         inputs = (a, *rest_values)
         try:
-            eager = target(*inputs)
+            eager = target(*inputs, **keyword_values)
         except (RuntimeError, TypeError, ValueError, IndexError):
             continue  # eager PyTorch does not take these arguments
         outputs = tuple(range(len(eager))) if isinstance(eager, (tuple, list)) else None
-        case = Case(tuple(T(x) if isinstance(x, torch.Tensor) else x for x in inputs), outputs=outputs)
+        case = Case(tuple(T(x) if isinstance(x, torch.Tensor) else x for x in inputs), keyword_values,
+                    outputs=outputs)
         lowered = _lowered_unless_declined(target, case, "")
         if lowered is None:
             continue  # declined by the capability check
@@ -968,7 +980,8 @@ def test_special_values_match_eager(target, rest, kind):
         if target in _EAGER_OUTLIERS and expected[0].shape == a.shape:
             keep = ~_EAGER_OUTLIERS[target][1](*inputs)
             actual, expected = [actual[0][keep]], [expected[0][keep]]
-        what = f"{target} with {[v if not isinstance(v, torch.Tensor) else 'tensor' for v in rest_values]}"
+        what = f"{target} with {[v if not isinstance(v, torch.Tensor) else 'tensor' for v in rest_values]}" \
+            f"{keyword_values or ''}"
         if target is aten.topk.default:  # equal values may come in another order (README): each index must
             dim = rest_values[1] if len(rest_values) > 1 else -1  # point at its value
             assert_close(actual[0], expected[0], what=what)

@@ -121,12 +121,28 @@ def lower_div(ctx, node):
     mode = node.kwargs.get("rounding_mode")
     if mode is not None and not dtype.is_floating_point:
         return ctx.cast(_integer_division(ctx, node.args[0], node.args[1], mode), dtype)
-    q = ctx.op("Div", ctx.input(node.args[0], dtype), ctx.input(node.args[1], dtype))
     if mode == "floor":
-        return ctx.op("Floor", q)
+        return _float_floor_division(ctx, ctx.input(node.args[0], dtype), ctx.input(node.args[1], dtype), dtype)
+    q = ctx.op("Div", ctx.input(node.args[0], dtype), ctx.input(node.args[1], dtype))
     if mode == "trunc":
         return _trunc(ctx, q)
     return q
+
+
+def _float_floor_division(ctx, a: str, b: str, dtype: torch.dtype) -> str:
+    """ATen's (and Python's) float floor division, not floor(a / b): 1.0 // 0.1 is 9 (a / b rounds up to 10), and
+    inf // 3 is NaN. A voxel index `(x - lo) // size` lands in eager's voxel at the boundaries this way."""
+    zero, one = ctx.const(0.0, dtype), ctx.const(1.0, dtype)
+    mod = ctx.op("Mod", a, b, fmod=1)
+    div = ctx.op("Div", ctx.op("Sub", a, mod), b)
+    moved = ctx.op("And", ctx.op("Not", ctx.op("Equal", mod, zero)),
+                   ctx.op("Xor", ctx.op("Less", b, zero), ctx.op("Less", mod, zero)))
+    div = ctx.op("Where", moved, ctx.op("Sub", div, one), div)
+    floor = ctx.op("Floor", div)
+    floor = ctx.op("Where", ctx.op("Greater", ctx.op("Sub", div, floor), ctx.const(0.5, dtype)),
+                   ctx.op("Add", floor, one), floor)
+    # By zero: a / b (inf or NaN). (ATen also gives a zero quotient a / b's sign; -0.0 and 0.0 compare equal.)
+    return ctx.op("Where", ctx.op("Equal", b, zero), ctx.op("Div", a, b), floor)
 
 
 def _integer_division(ctx, a, b, mode: str) -> str:
