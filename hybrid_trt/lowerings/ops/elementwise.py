@@ -129,15 +129,20 @@ def lower_div(ctx, node):
     return q
 
 
+def _inexact_with_other_sign(ctx, mod: str, b: str, zero: str) -> str:
+    """Where the C remainder ``mod`` (fmod, a's sign) is nonzero and its sign differs from the divisor ``b``'s:
+    there ATen's floor division is one less and its remainder is ``mod + b``."""
+    return ctx.op("And", ctx.op("Not", ctx.op("Equal", mod, zero)),
+                  ctx.op("Xor", ctx.op("Less", b, zero), ctx.op("Less", mod, zero)))
+
+
 def _float_floor_division(ctx, a: str, b: str, dtype: torch.dtype) -> str:
     """ATen's (and Python's) float floor division, not floor(a / b): 1.0 // 0.1 is 9 (a / b rounds up to 10), and
     inf // 3 is NaN. A voxel index `(x - lo) // size` lands in eager's voxel at the boundaries this way."""
     zero, one = ctx.const(0.0, dtype), ctx.const(1.0, dtype)
     mod = ctx.op("Mod", a, b, fmod=1)
     div = ctx.op("Div", ctx.op("Sub", a, mod), b)
-    moved = ctx.op("And", ctx.op("Not", ctx.op("Equal", mod, zero)),
-                   ctx.op("Xor", ctx.op("Less", b, zero), ctx.op("Less", mod, zero)))
-    div = ctx.op("Where", moved, ctx.op("Sub", div, one), div)
+    div = ctx.op("Where", _inexact_with_other_sign(ctx, mod, b, zero), ctx.op("Sub", div, one), div)
     floor = ctx.op("Floor", div)
     floor = ctx.op("Where", ctx.op("Greater", ctx.op("Sub", div, floor), ctx.const(0.5, dtype)),
                    ctx.op("Add", floor, one), floor)
@@ -166,8 +171,7 @@ def _integer_division(ctx, a, b, mode: str) -> str:
     if positive:
         inexact_negative = ctx.op("Less", r, zero)
     else:
-        inexact_negative = ctx.op("And", ctx.op("Not", ctx.op("Equal", r, zero)),
-                                  ctx.op("Xor", ctx.op("Less", r, zero), ctx.op("Less", b, zero)))
+        inexact_negative = _inexact_with_other_sign(ctx, r, b, zero)
     return ctx.op("Sub", q, ctx.cast(inexact_negative, torch.int64))
 
 
@@ -351,9 +355,7 @@ def lower_remainder(ctx, node):
     # a - floor(a / b) * b loses the remainder of a large quotient and gives NaN for 0 % inf.
     zero = ctx.const(0.0, dtype)
     mod = ctx.op("Mod", a, b, fmod=1)
-    signs_differ = ctx.op("Xor", ctx.op("Less", b, zero), ctx.op("Less", mod, zero))
-    move = ctx.op("And", ctx.op("Not", ctx.op("Equal", mod, zero)), signs_differ)
-    return ctx.op("Where", move, ctx.op("Add", mod, b), mod)
+    return ctx.op("Where", _inexact_with_other_sign(ctx, mod, b, zero), ctx.op("Add", mod, b), mod)
 
 
 # ONNX Sign(NaN) is NaN; ATen's sign is (0 < x) - (x < 0), which is 0 for NaN.
