@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Device-call stages on the GPU machine (H100 or H200), onnxruntime-gpu in /tmp/site from .chunk1-4
 # (`../shared/tools/pack-wheel-chunks.sh onnxruntime-gpu==1.31.1`). Logs under $OUT/gpu.
-# Usage: scripts/gpu_stages.sh chunk K | spconv K | check [budget_s] | extra [budget_s] | lidar [budget_s] |
-#        conf [budget_min] GROUP...
+# Usage: scripts/gpu_stages.sh chunk K | spconv K | check [budget_s] [TEST_FILE...] | extra [budget_s] |
+#        lidar [budget_s] | bench BUDGET_S BENCH_ARGS... | conf [budget_min] GROUP...
 # It replaces one script per device session (scripts/gpu_sessionN.sh, named by the results files that ran them):
 # those are in git history, `git show d7e383b:scripts/gpu_session26.sh` for example.
 source scripts/gpu_stage_env.sh
@@ -24,12 +24,14 @@ case ${1:?stage} in
           # CUDA graphs, stream ordering, the CUDA lowerings and attention; a test past 120 s has its stacks
           # written to $L/hang.log and its worker ended
     nvidia-smi --query-gpu=name --format=csv,noheader
-    TEST_HANG_LOG=$L/hang.log TEST_HANG_EXIT_S=120 timeout ${2:-400} python3 -m pytest -v -p no:cacheprovider -n 8 \
-      --dist load -rfE --junitxml=$L/check.xml \
-      tests/test_deployed_cuda_graphs.py tests/test_whole_graph.py tests/test_cuda_graphs.py tests/test_cuda_ordering.py \
-      tests/test_lowerings.py tests/test_attention.py \
+    # the test files after the budget replace the default list (the CUDA-graph files alone, for example)
+    budget=${2:-400}; shift $(( $# < 2 ? $# : 2 ))
+    files=("$@"); [ ${#files[@]} -gt 0 ] || files=(tests/test_deployed_cuda_graphs.py tests/test_whole_graph.py
+      tests/test_cuda_graphs.py tests/test_cuda_ordering.py tests/test_lowerings.py tests/test_attention.py)
+    TEST_HANG_LOG=$L/hang.log TEST_HANG_EXIT_S=120 timeout $budget python3 -m pytest -v -p no:cacheprovider -n 8 \
+      --dist load -rfE --durations=12 --junitxml=$L/check.xml "${files[@]}" \
       -k "deployed or fresh_process or cuda or whole or stream or bounded_dimension or shape_change" > $L/check.log 2>&1
-    echo "tests rc=$?"; grep -E "FAILED|ERROR|XPASS|passed|failed|Timeout" $L/check.log | tail -25
+    echo "tests rc=$?"; grep -E "FAILED|ERROR|XPASS|passed|failed|Timeout|^[0-9.]+s (call|setup)" $L/check.log | tail -40
     ;;
   extra)  # the GPU tests outside `check`: other devices' inputs, the GPU in the engine key, placement on CUDA,
           # frames shared by module instances on CUDA, and a model over 2 GB delegated and loaded warm (LARGE_TESTS);
@@ -45,6 +47,12 @@ case ${1:?stage} in
   lidar)  # issue 10: where the LiDAR example's hybrid compile loses to Inductor's (scripts/lidar_gap_probe.py)
     timeout ${2:-300} python3 scripts/lidar_gap_probe.py > $L/lidar_gap.log 2>&1
     echo "probe rc=$?"; grep -vE "^\s+host self" $L/lidar_gap.log | grep -E "^(WALL|PROFILE|  |[a-z_]+:)" | head -70
+    ;;
+  bench)  # issue 10: benchmarks/bench_cudagraphs.py with the given arguments, its log and table under $L
+    budget=${2:?budget_s}; shift 2
+    timeout $(( budget + 60 )) python3 benchmarks/bench_cudagraphs.py --budget-s $budget --out $L/cudagraphs.md "$@" \
+      > $L/bench.log 2>&1
+    echo "bench rc=$?"; tail -5 $L/bench.log; cat $L/cudagraphs.md 2>/dev/null | tail -30
     ;;
   conf)  # issue 7: conformance lanes, fp16 and fp32 per group (scripts/conf_lanes.sh)
     source scripts/conf_lanes.sh
