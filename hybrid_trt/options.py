@@ -201,10 +201,13 @@ def _as_op_name(key, v) -> str:
         raise _bad(key, v)
     name = v.strip().replace("::", ".").removeprefix("torch.ops.")
     parts = name.split(".")
-    if len(parts) == 1:
-        parts = ["aten", *parts]
     problem = None
-    if len(parts) > 3 or not all(parts):
+    if len(parts) == 1:  # a bare name keeps that op in any namespace (capability.py matches it so)
+        if not name:
+            problem = "is not an op name"
+        elif not _bare_op_registered(name):
+            problem = "names no registered op in any namespace"
+    elif len(parts) > 3 or not all(parts):
         problem = "is not an op name"
     else:
         try:
@@ -218,6 +221,13 @@ def _as_op_name(key, v) -> str:
         raise ValueError(f"hybrid_trt option {key!r}: {v!r} {problem}. Write ops as 'aten.convolution' or "
                          "'aten.add.Tensor' (a custom op as 'namespace.op', registered before torch.compile)")
     return name
+
+
+def _bare_op_registered(name: str) -> bool:
+    import torch
+    if hasattr(torch.ops.aten, name):
+        return True
+    return any(op.split("::", 1)[-1].split(".", 1)[0] == name for op in torch._C._dispatch_get_all_op_names())
 
 
 def _as_dir(key, v) -> Optional[str]:

@@ -125,7 +125,12 @@ class CompileReport:
         return Counter(op.reason for op in self.inductor_ops)
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """The fields, and what the properties say (each partition's ``status_text``, the op counts)."""
+        d = dataclasses.asdict(self)
+        for part, part_dict in zip(self.partitions, d["partitions"]):
+            part_dict["status_text"] = part.status_text
+        d["delegated_op_count"], d["total_op_count"] = self.delegated_op_count, self.total_op_count
+        return d
 
     def table(self) -> str:
         # A graph Inductor took whole was never partitioned: its ops were not counted, so no "0/0 ops".

@@ -234,6 +234,27 @@ def test_an_archive_suffix_no_package_is_written_as_is_refused(tmp_path, capsys,
     assert not out.exists()
 
 
+@pytest.mark.parametrize("name", ["model.tar.xz", "data"])
+def test_export_refuses_a_path_it_will_not_write_with_its_own_error(tmp_path, name):
+    """hybrid_trt.export documents ExportError; a path it will not write (another archive suffix, a directory that
+    is not a package) raised the package module's PackageError. Refused before any work, the directory kept."""
+    out = tmp_path / name
+    if name == "data":
+        out.mkdir()
+        (out / "precious.txt").write_text("keep")
+    with pytest.raises(hybrid_trt.ExportError, match="hybrid_trt.export: .*(ending in|not a hybrid_trt package)"):
+        hybrid_trt.export(torch.nn.ReLU(), (torch.ones(2),), path=out)
+    assert name != "data" or (out / "precious.txt").read_text() == "keep"
+    assert not (tmp_path / "model.tar.xz").exists()
+
+
+def test_the_loaded_models_type_and_exit_codes_are_named_at_the_top_level():
+    """The README names them as hybrid_trt.DeployedModel and hybrid_trt.EXIT_CODES (hybrid_trt.export is the
+    function, so hybrid_trt.export.DeployedModel is no attribute)."""
+    from hybrid_trt.export import deploy
+    assert hybrid_trt.DeployedModel is deploy.DeployedModel and hybrid_trt.EXIT_CODES is pkg.EXIT_CODES
+
+
 def test_archive_member_outside_the_package_is_refused(tmp_path):
     bad = tmp_path / "bad.zip"
     with zipfile.ZipFile(bad, "w") as z:

@@ -2,6 +2,7 @@
 the error and the report saying so; strict raises instead. Also the reasons a graph or op stays with Inductor:
 gradients, force_inductor_ops, min_block_size."""
 import dataclasses
+import json
 import logging
 
 import pytest
@@ -272,6 +273,10 @@ def test_a_shape_whose_engine_fails_to_build_is_reported_on_inductor(monkeypatch
     (part,) = report.partitions  # one symbolic graph: batch 2 built, batch 3 failed and runs on Inductor
     assert len(part.engines) == 1 and part.status_text == "delegated; 1 input shape(s) on Inductor", report.table()
     assert "simulated build failure" in report.table()
+    data = report.to_dict()  # the data form says it too (status_text is a property asdict leaves out)
+    assert data["partitions"][0]["status_text"] == part.status_text and data["partitions"][0]["status"] == "delegated"
+    assert (data["delegated_op_count"], data["total_op_count"]) == (3, 3)
+    json.dumps(data)
     part.engines.clear()  # as if the first shape had failed too
     assert part.status_text.startswith("fell back to Inductor") and report.delegated_op_count == 0
     assert report.total_op_count == 3 and "0/3 ops delegated in 0 partition(s)" in report.table()

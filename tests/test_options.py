@@ -344,8 +344,16 @@ def test_force_inductor_ops_objects_are_taken_by_name():
 @pytest.mark.parametrize("name,problem", [("aten.convolutoin", "names no registered op"),
                                           ("aten.add.Tensr", "names no overload of aten.add"),
                                           ("aten.add.Tensor.x", "is not an op name"),
-                                          ("nosuchlib.op", "names no registered op")])
+                                          ("nosuchlib.op", "names no registered op"),
+                                          ("convolutoin", "names no registered op in any namespace")])
 def test_force_inductor_ops_names_an_op_that_does_not_exist(name, problem):
     """A typo kept nothing with Inductor, silently; now it is a ValueError naming the option and the name."""
     with pytest.raises(ValueError, match=rf"'force_inductor_ops': '{name}' {problem}"):
         make_options({"force_inductor_ops": [name]})
+
+
+def test_force_inductor_ops_takes_a_custom_ops_bare_name():
+    """The README says a bare name keeps that op in any namespace, and matching does; the check looked the name up
+    in aten alone, so a custom op's bare name was refused."""
+    torch.library.define("htrt_options_test::decode_bare", "(Tensor x) -> Tensor")
+    assert make_options({"force_inductor_ops": ["decode_bare"]}).force_inductor_ops == frozenset({"decode_bare"})

@@ -115,7 +115,8 @@ def export(model: torch.nn.Module, example_inputs, *, dynamic_shapes=None, shape
     ``module:name`` is recorded; ``hybrid-trt verify --compare`` must be given the same one.
     ``progress``: called as ``progress(what, done, total)`` at each stage (capture, engines, AOTInductor, each
     listed shape's build and check, writing); the command line draws its progress bar from it. Default: nothing.
-    Returns the path written. Raises ExportError (or the model's own error from torch.export).
+    Returns the path written. Raises ExportError (a path export will not write or replace included), ValueError
+    for bad options, or the model's own error from torch.export.
     """
     from ..options import make_options
     from ..report import new_report
@@ -185,7 +186,10 @@ def export(model: torch.nn.Module, example_inputs, *, dynamic_shapes=None, shape
                           "built for, or with precision='fp32'")
     opts.resolved_delegates()  # contradictions between options raise here
     path = pathlib.Path(path)
-    pkg.check_replaceable(path)  # before any work: export replaces only a package of its own
+    try:
+        pkg.check_replaceable(path)  # before any work: export replaces only a package of its own
+    except pkg.PackageError as e:
+        raise ExportError(f"hybrid_trt.export: {e}") from None
     staging = pkg.staging_dir(path)
     modes = [(m, m.training) for m in model.modules()]  # the package is the eval-mode model; the caller's modes
     try:                                                 # are put back when export ends, whatever happens
@@ -288,7 +292,10 @@ def export(model: torch.nn.Module, example_inputs, *, dynamic_shapes=None, shape
         _prune_store(store_root, partitions)
         manifest["files"] = pkg.file_table(staging)
         pkg.write_manifest(staging, manifest)
-        written = pkg.finish(staging, path)
+        try:
+            written = pkg.finish(staging, path)
+        except pkg.PackageError as e:  # the path changed meanwhile into something export does not replace
+            raise ExportError(f"hybrid_trt.export: {e}") from None
         progress("done", total, total)
         logger.info("hybrid_trt: package written to %s in %.1f s", written, time.perf_counter() - t_start)
         return written
