@@ -65,6 +65,15 @@ def packages(tmp_path_factory):
     return paths
 
 
+def test_measured_placement_at_export_keeps_torchs_cpp_builder_notice_off_the_terminal(tmp_path):
+    """With placement='measured', export times Inductor's code before AOTInductor compiles, and that first import of
+    torch's C++ builder printed its notice ("No CUDA runtime is found", this CPU machine) outside the quiet block."""
+    done = _run(["-m", "hybrid_trt.export.cli", "export", "export_models:two_inputs", "--out", str(tmp_path / "p"),
+                 "--option", "placement=measured", "--quiet"])
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "No CUDA runtime is found" not in done.stderr, done.stderr[-3000:]
+
+
 _FRESH = r"""
 import json, sys, torch
 import hybrid_trt, export_models  # export_models registers the user's custom op, as a deployment would
@@ -383,9 +392,15 @@ class _WithNumber(torch.nn.Module):
         return self.lin(x).relu(), (x.shape[0] if self.number == "size" else self.number)
 
 
+class _WritesItsInput(torch.nn.Module):
+    def forward(self, x):
+        x.mul_(2)
+        return x.relu() + 1
+
+
 @pytest.mark.parametrize("case", ["unbounded dim", "listed dtype", "None output", "float output", "size output",
                                   "unusable delegate", "precision without its delegate", "negative size",
-                                  "not a shape", "a function", "provider the build lacks"])
+                                  "not a shape", "a function", "provider the build lacks", "input written"])
 def test_export_refuses_what_a_package_cannot_hold_with_a_clear_error(tmp_path, case, caplog):
     """Each failed deep inside torch or sympy ('Infinity' object has no attribute '_mpf_', mat1 and mat2 must
     have the same dtype, Could not infer dtype of NoneType); now an ExportError saying what to change."""
@@ -408,6 +423,8 @@ def test_export_refuses_what_a_package_cannot_hold_with_a_clear_error(tmp_path, 
         kwargs, match = {"shapes": [{"input": "2 by 4"}]}, r"'2 by 4' for input 'input' is not a shape"
     elif case == "provider the build lacks":  # wrote a package with nothing delegated, exit 0
         kwargs, match = {"onnxruntime_provider": "cuda"}, "'onnxruntime' is not usable here: .*CUDA"
+    elif case == "input written":  # was "writes to its own state in forward (x)": x is an input, not state
+        model, match = _WritesItsInput(), r"writes to its input\(s\) in place in forward \(x\).*x = x \* 2"
     elif case == "a function":  # a bare AttributeError ('function' object has no attribute 'forward')
         model, match = (lambda t: t.relu()), r"takes a torch.nn.Module .* not function"
     elif case == "unusable delegate":  # torch.compile leaves it out with a warning; a package is built for its target

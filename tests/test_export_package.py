@@ -7,6 +7,7 @@ import pathlib
 import re
 import shutil
 import stat
+import sys
 import tarfile
 import tempfile
 import zipfile
@@ -255,6 +256,17 @@ def test_the_loaded_models_type_and_exit_codes_are_named_at_the_top_level():
     assert hybrid_trt.DeployedModel is deploy.DeployedModel and hybrid_trt.EXIT_CODES is pkg.EXIT_CODES
 
 
+def test_an_out_path_export_would_refuse_is_a_usage_error(tmp_path, capsys):
+    """An existing directory that is not a package, or an empty --out, exited 1 after the model was built (the
+    directory shown as "."); both are usage errors now (exit 2), before the factory runs."""
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "precious.txt").write_text("keep")
+    for out, match in ((tmp_path / "data", "exists and is not a hybrid_trt package"), ("", "--out is empty")):
+        assert cli.main(["export", "no_such_module:factory", "--out", str(out)]) == cli.EXIT_USAGE
+        assert match in capsys.readouterr().err
+    assert (tmp_path / "data" / "precious.txt").read_text() == "keep"
+
+
 def test_archive_member_outside_the_package_is_refused(tmp_path):
     bad = tmp_path / "bad.zip"
     with zipfile.ZipFile(bad, "w") as z:
@@ -413,6 +425,37 @@ def test_dims_torch_export_finds_equal_get_the_command_line_that_ties_them(capsy
                      r"--dynamic (image|features):0=batch", hint), hint
 
 
+def test_a_batch_1_example_with_untied_dims_gets_the_tie_not_pin_to_1(tmp_path):
+    """With a batch-1 example, export traces the size-1 dims at size 2, fails there on the tie, and tries the example
+    as given, which fails on the size-1 specialisation: that second error was reported, advising to pin both dims
+    to 1 ('image_0 = 1'). The tiled trace's error, which names the tie, is reported now."""
+    from torch.export import Dim
+    model, (image, features) = export_models.two_inputs()
+    with pytest.raises(hybrid_trt.ExportError, match="must always be equal") as e:
+        hybrid_trt.export(model, (image[:1], features[:1]), path=tmp_path / "p",
+                          dynamic_shapes=({0: Dim("b", max=4)}, {0: Dim("c", max=4)}))
+    assert "specialized it to be a constant" not in str(e.value) and not (tmp_path / "p").exists()
+
+
+@pytest.mark.parametrize("spec,shapes,match", [
+    (({0: "b4"}, {0: "b4"}), [{"image": (8, 3, 16, 16), "features": (8, 6)}],
+     r"input 'image' dimension 0 the size 8, outside the range 0\.\.4 of its Dim 'b4'"),
+    (({0: "b4"}, {0: "b4"}),
+     [{"image": (2, 3, 16, 16), "features": (2, 6)}, {"image": (2, 3, 32, 32), "features": (2, 6)}],
+     r"input 'image' dimension 2 the sizes \[16, 32\], and dynamic_shapes leaves it static"),
+])
+def test_listed_shapes_outside_the_given_dynamic_shapes_name_the_input(tmp_path, spec, shapes, match):
+    """torch.export's "ConstraintViolationError: 8 not in range [2, 4]" was all the Python API said (the command line
+    checks its own --dynamic ranges); refused now before any work, naming the input, dimension and range."""
+    from torch.export import Dim
+    b4 = Dim("b4", max=4)
+    model, example = export_models.two_inputs()
+    dynamic = tuple({d: b4 for d in s} for s in spec)
+    with pytest.raises(hybrid_trt.ExportError, match=match):
+        hybrid_trt.export(model, example, path=tmp_path / "p", shapes=shapes, dynamic_shapes=dynamic)
+    assert not (tmp_path / "p").exists()
+
+
 def test_tie_hint_names_nested_inputs_as_given(tmp_path, capsys):
     """Nested inputs' Dims are named after sanitized leaf names ("batch_image_0"); the hint read them back as
     "batch_image:0", an input that does not exist. It names the arguments as given now."""
@@ -438,6 +481,32 @@ def test_factory_errors_say_what_is_wrong(tmp_path, monkeypatch):
                         ("one_thing", r"must return \(model, example_inputs\)")):
         with pytest.raises(cli.UsageError, match=match):
             cli.load_factory(f"user_factories:{name}")
+
+
+def test_a_factory_file_imports_as_python_imports_a_script(tmp_path, monkeypatch):
+    """A factory given as a .py path could not import a file beside it; a file named like another module (onnx.py)
+    replaced that module in sys.modules, and export then failed far away; an error while importing the file gave a
+    raw traceback (exit 1). Now: its folder is on the path, a clashing name is refused, an import error is a usage
+    error naming it."""
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    folder = tmp_path / "factories_here"
+    folder.mkdir()
+    (folder / "helper_beside_factory.py").write_text("import torch\nSCALE = 3.0\n")
+    (folder / "uses_helper.py").write_text(
+        "import torch\nimport helper_beside_factory\n"
+        "def make():\n    return torch.nn.ReLU(), (torch.ones(2) * helper_beside_factory.SCALE,)\n")
+    (folder / "onnx.py").write_text("def make():\n    return None\n")
+    (folder / "broken_on_import.py").write_text("def make(:\n")
+    monkeypatch.delitem(sys.modules, "uses_helper", raising=False)
+    model, (x,) = cli.load_factory(f"{folder / 'uses_helper.py'}:make")
+    assert float(x[0]) == 3.0
+    import onnx
+    with pytest.raises(cli.UsageError, match=r"'onnx' is the name of another module .*rename the file"):
+        cli.load_factory(f"{folder / 'onnx.py'}:make")
+    assert sys.modules["onnx"] is onnx
+    with pytest.raises(cli.UsageError, match=r"importing .*broken_on_import.py' raised SyntaxError"):
+        cli.load_factory(f"{folder / 'broken_on_import.py'}:make")
+    assert "broken_on_import" not in sys.modules
 
 
 @pytest.mark.parametrize("name", ["resnet18", "detector", "transformer"])

@@ -56,6 +56,12 @@ def capture_export(model: torch.nn.Module, args: tuple, kwargs: Optional[dict] =
         program = program.run_decompositions(export_decompositions())
     signature = program.graph_signature
     mutated = [s for s in signature.output_specs if s.kind not in (OutputKind.USER_OUTPUT,)]
+    inputs_written = sorted(str(s.target) for s in mutated if s.kind is OutputKind.USER_INPUT_MUTATION)
+    if inputs_written:
+        raise ValueError(
+            f"hybrid_trt.export: the model writes to its input(s) in place in forward ({', '.join(inputs_written)}); "
+            "an exported package runs a pure function of its inputs. Compute a new tensor instead (x = x * 2, "
+            "not x.mul_(2)), or clone the input before writing to it.")
     if mutated:
         raise ValueError(
             "hybrid_trt.export: the model writes to its own state in forward "

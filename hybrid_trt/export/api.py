@@ -33,7 +33,8 @@ from . import custom_ops
 from . import package as pkg
 from . import structure
 from .errors import ExportError
-from .example_inputs import FlatInputs, derived_dynamic_shapes, example_tensors, shape_cases, to_eval, trace_example
+from .example_inputs import (FlatInputs, check_listed_shapes, derived_dynamic_shapes, example_tensors, shape_cases,
+                             to_eval, trace_example)
 from .input_dims import describe as describe_dims, shapes_text
 from .reference_check import DEFAULT_ATOL, DEFAULT_RTOL, ComparisonError, OutputCheck
 
@@ -43,6 +44,7 @@ ignore_torch_noise()
 
 Progress = Callable[[str, int, int], None]  # (what is happening, steps done, steps in all)
 
+_SPECIALISED_TO_1 = "specialized it to be a constant (1)"  # torch.export's words for a size-1 example dimension
 _MESSAGE_CHARS = 2000  # of torch.export's message in an ExportError; the whole of a longer one goes to a file
 _LINE_CHARS = 300  # of each line of it
 
@@ -156,6 +158,8 @@ def export(model: torch.nn.Module, example_inputs, *, dynamic_shapes=None, shape
     derived = dynamic_shapes is None and len({tuple(tuple(t.shape) for t in c) for c in cases}) > 1
     if derived:
         dynamic_shapes = derived_dynamic_shapes(cases, names)
+    else:
+        check_listed_shapes(cases, dynamic_shapes, names)
     # Static: the listed shape is the one traced (a single listed shape may differ from the example's).
     export_args = max(cases, key=lambda c: sum(t.numel() for t in c)) if dynamic_shapes is not None else cases[0]
     # Checked before the options are resolved, whose warning ("graphs compile with Inductor alone instead") would
@@ -206,7 +210,7 @@ def export(model: torch.nn.Module, example_inputs, *, dynamic_shapes=None, shape
             with quiet(SYMBOLIC_SHAPES):
                 capture = capture_export(model, traced, dynamic_shapes=export_shapes)
             export_args = traced
-        except Exception:
+        except Exception as tiled_error:
             tiled = False
             try:  # the example as given (a model may tie a size the tiling changed to one it did not)
                 if traced is export_args:
@@ -214,13 +218,18 @@ def export(model: torch.nn.Module, example_inputs, *, dynamic_shapes=None, shape
                 with quiet(SYMBOLIC_SHAPES):
                     capture = capture_export(model, export_args, dynamic_shapes=export_shapes)
             except Exception as e:
-                raise ExportError(_capture_failed(e, path, dynamic_shapes if derived else None)) from e
+                # The as-given example failing on a size-1 dimension's specialisation says nothing (tiling exists
+                # to avoid it: its "fix" pins the dimension to 1); the tiled trace's error names the real cause
+                # (two dimensions the model makes equal, say).
+                cause = tiled_error if traced is not export_args and _SPECIALISED_TO_1 in str(e) else e
+                raise ExportError(_capture_failed(cause, path, dynamic_shapes if derived else None)) from cause
         _check_bounded(capture, names)
         io = _io(capture.program.call_spec.out_spec, in_spec)  # a structure the manifest cannot hold: said now
         progress("partitioning and building engines", 0, 1)
         report = new_report()
         store_root = staging / pkg.ENGINES
-        stitched, runtimes, graph_reasons = _middle(capture, opts, report, store_root, max(len(cases), 1), args)
+        with quiet(TORCH_CPP_BUILDER):  # measured placement compiles Inductor code too: as backend.py
+            stitched, runtimes, graph_reasons = _middle(capture, opts, report, store_root, max(len(cases), 1), args)
         static = [r for r in runtimes if not r.symbolic]
         symbolic = [r for r in runtimes if r.symbolic]
         # steps: each static engine, AOTInductor's compile, each listed shape's run (checked against eager; it builds

@@ -183,11 +183,14 @@ def _export(args) -> int:
 
 
 def _check_out(out: str) -> None:
-    """An --out with an archive suffix no package is written as (.tar.xz, .7z) is a usage error, before the model is
-    built (export itself would refuse it as well, as a failure)."""
-    from .package import PackageError, archive_kind
+    """An --out export would refuse (empty, an archive suffix no package is written as, .tar.xz or .7z, or a file
+    or directory that is not a package) is a usage error, before the model is built (export itself would refuse it
+    as well, as a failure)."""
+    from .package import PackageError, check_replaceable
+    if not out.strip():
+        raise UsageError("--out is empty; give the package's path (a directory, or a .zip, .tar or .tgz file)")
     try:
-        archive_kind(out)
+        check_replaceable(pathlib.Path(out))
     except PackageError as e:
         raise UsageError(f"--out {e}") from None
 
@@ -389,8 +392,10 @@ def parse_options(items: list[str]) -> dict:
 
 
 def import_user_module(module_name: str):
-    """A module by name (the current directory first on the path), or a .py file by path (registered under its
-    file name's stem). Raises UsageError."""
+    """A module by name (the current directory first on the path), or a .py file by path, imported as Python
+    imports a script's neighbours: its directory goes on the path, and it is registered under its file name's stem
+    (a stem naming another module, ``onnx.py``, is refused: it would replace that module). Raises UsageError,
+    also for an error the module raises while it is imported."""
     if str(pathlib.Path.cwd()) not in sys.path:
         sys.path.insert(0, str(pathlib.Path.cwd()))
     try:
@@ -399,13 +404,41 @@ def import_user_module(module_name: str):
             loader = importlib.util.spec_from_file_location(path.stem, path)
             if loader is None or not path.is_file():
                 raise ImportError(f"no file {path}")
+            other = _module_origin(path.stem)
+            if other is not None and other != str(path.resolve()):
+                raise UsageError(f"cannot import {module_name!r}: {path.stem!r} is the name of another module "
+                                 f"({other}), which it would replace; rename the file")
+            folder = str(path.resolve().parent)
+            if folder not in sys.path:  # its own imports of files beside it work, as when Python runs it
+                sys.path.insert(1, folder)
             module = importlib.util.module_from_spec(loader)
             sys.modules[path.stem] = module
-            loader.loader.exec_module(module)
+            try:
+                loader.loader.exec_module(module)
+            except BaseException:
+                del sys.modules[path.stem]
+                raise
             return module
         return importlib.import_module(module_name)
     except ImportError as e:
         raise UsageError(f"cannot import {module_name!r}: {e}") from None
+    except UsageError:
+        raise
+    except Exception as e:  # the user's code failed while importing: say where, keep its traceback as the cause
+        raise UsageError(f"importing {module_name!r} raised {type(e).__name__}: {e}") from e
+
+
+def _module_origin(name: str):
+    """Where the module ``name`` comes from (a resolved file path, or "built in"), None when there is none."""
+    known = sys.modules.get(name)
+    try:
+        spec = known.__spec__ if known is not None else importlib.util.find_spec(name)
+    except (ImportError, ValueError, AttributeError):
+        spec = None
+    if known is None and spec is None:
+        return None
+    origin = getattr(spec, "origin", None) or getattr(known, "__file__", None)
+    return str(pathlib.Path(origin).resolve()) if origin and origin not in ("built-in", "frozen") else "built in"
 
 
 def load_function(spec: str, what: str):
