@@ -361,8 +361,8 @@ def with_graphs(compile_inductor, report, gm: fx.GraphModule):
         with compiling(True, True) as skipped:
             compiled = compile_inductor()
         if report.cuda_graphs is None and _on_cpu_only(gm):  # served by Inductor's cache, and nothing to capture
-            logger.warning("hybrid_trt: graph %d: CUDA graphs were asked for (mode='reduce-overhead' or "
-                           "cuda_graphs), but %s; it runs uncaptured", report.graph_index, CPU_ONLY)
+            logger.warning("hybrid_trt: graph %d: CUDA graphs were asked for (%s), but %s; it runs uncaptured",
+                           report.graph_index, ASKED, CPU_ONLY)
             report.cuda_graphs = CudaGraphRecord("not captured", 0, [CPU_ONLY])
         elif report.cuda_graphs is None:  # Inductor's cache served the graph: nothing was compiled to inspect
             report.cuda_graphs = CudaGraphRecord("unknown (compiled graph served by Inductor's cache)", 0, [])
@@ -381,8 +381,8 @@ def compile_observed(compile_graph, gm: fx.GraphModule, cudagraphs_box, plan: Ca
     reasons = list(blockers(gm, plan))  # before Inductor's passes rewrite gm
     on_cpu = CPU_ONLY in reasons
     if on_cpu:  # asked for, and nothing to capture: said once per graph, not only in the report
-        logger.warning("hybrid_trt: graph %d: CUDA graphs were asked for (mode='reduce-overhead' or cuda_graphs), "
-                       "but %s; it runs uncaptured", report.graph_index, CPU_ONLY)
+        logger.warning("hybrid_trt: graph %d: CUDA graphs were asked for (%s), but %s; it runs uncaptured",
+                       report.graph_index, ASKED, CPU_ONLY)
     if plan.whole:
         return _compiled_for_whole_runner(compile_graph, gm, reasons, report)
     with torch._inductor.config.patch(_data_dependent_split(gm)):
@@ -445,6 +445,8 @@ def _data_dependent_split(gm: fx.GraphModule) -> dict:
 
 
 CPU_ONLY = "the graph computes on the CPU (CUDA graphs capture CUDA work only)"
+# What turns the graphs on (options.py): both modes that capture them, and the option
+ASKED = "mode='reduce-overhead' or 'max-autotune', or the option cuda_graphs"
 
 
 def _on_cpu_only(gm: fx.GraphModule) -> bool:

@@ -186,6 +186,8 @@ def test_reduce_overhead_on_a_cpu_model_says_once_that_nothing_is_captured(hybri
     assert not [r for r in hybrid_logs.records if "experimental" in r.getMessage()], hybrid_logs.text
     said = [r for r in hybrid_logs.records if r.levelno == logging.WARNING and "computes on the CPU" in r.getMessage()]
     assert len(said) == 1 and "runs uncaptured" in said[0].getMessage(), hybrid_logs.text
+    # it names every way graphs are asked for (it named reduce-overhead alone, to a user of max-autotune)
+    assert "mode='reduce-overhead' or 'max-autotune', or the option cuda_graphs" in said[0].getMessage()
     report = hybrid_trt.last_report()
     assert report.cuda_graphs.status == "not captured"
     assert report.cuda_graphs.reasons and not [r for r in report.cuda_graphs.reasons if r.rstrip().endswith(":")], \

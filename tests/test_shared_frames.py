@@ -353,12 +353,15 @@ def test_weights_changed_in_place_past_the_bound_run_through_inductor(monkeypatc
     fast = torch.compile(model, backend="hybrid_trt")
     with torch.no_grad():
         fast(x)
+        first = hybrid_trt.last_report()
         for seed in (1, 2, 3):
             model.load_state_dict(_conv_bn(seed).state_dict())
             assert_close(fast(x), model(x), rtol=1e-5, atol=1e-5, what=f"weights {seed}")
     assert len(_recompiles(hybrid_logs)) == 1
     bound = [r for r in hybrid_logs.records if "through Inductor alone, which reads them" in r.getMessage()]
     assert len(bound) == 1 and bound[0].levelno == logging.WARNING
+    # the graph's report says so too (it kept saying "delegated")
+    assert "Inductor alone" in (first.whole_graph_reason or "") and first.delegated_op_count == 0, first.table()
 
 
 def test_a_model_of_inference_tensors_compiles_and_runs():

@@ -123,7 +123,7 @@ def checked(compiled: Callable, weights: Mapping[int, torch.Tensor], original: f
     state = state_buffers(original, weights)
     versioned = _versioned(weights, state)
     others = _OtherWeights(original, positions, ids, graph_index, compile_hybrid, versioned, compile_inductor,
-                           weight_positions=sorted(weights))
+                           weight_positions=sorted(weights), on_inductor_alone=on_inductor_alone)
     stale = [False]
     for i in positions:
         weakref.finalize(weights[i], stale.__setitem__, 0, True)
@@ -298,8 +298,9 @@ class _OtherWeights:
 
     def __init__(self, gm: fx.GraphModule, positions: list, ids: Callable, graph_index: int,
                  compile_hybrid: Callable, versioned: list = (), compile_inductor: Callable = None,
-                 weight_positions: list = ()):
+                 weight_positions: list = (), on_inductor_alone: Callable[[str], None] = lambda why: None):
         self.gm, self.positions, self.ids, self.graph_index = gm, positions, ids, graph_index
+        self.on_inductor_alone = on_inductor_alone  # the report's: the whole graph runs on Inductor from then on
         self.compile_hybrid, self.versioned = compile_hybrid, list(versioned)
         self.weight_positions = list(weight_positions)
         self.traced = _TracedExamples(gm, weight_positions)
@@ -321,8 +322,11 @@ class _OtherWeights:
         ``lock``); past ``MAX_WEIGHT_SETS`` changes, Inductor alone."""
         self.refreshes += 1
         if self.refreshes > MAX_WEIGHT_SETS:
-            return self._past_bound(args, f"weights were changed {MAX_WEIGHT_SETS} times; from now on it runs "
-                                          "through Inductor alone, which reads them at every call")
+            why = (f"weights were changed {MAX_WEIGHT_SETS} times; from now on it runs through Inductor alone, which "
+                   "reads them at every call")
+            if self.plain is None:
+                self.on_inductor_alone(why)
+            return self._past_bound(args, why)
         logger.warning("hybrid_trt: graph %d: %s; compiling it again for the new weights", self.graph_index, change)
         return self._compile_for(args, "the new weights")
 
