@@ -322,8 +322,19 @@ def make_options(options: Mapping[str, Any] | Options | None = None,
 def _from_mapping(options, environ) -> Options:
     if options is not None and not isinstance(options, Mapping):
         raise ValueError(f"hybrid_trt options must be a dict or hybrid_trt.Options, got {type(options).__name__}")
-    merged = {**from_env(environ), **dict(options or {})}
+    env = from_env(environ)
+    given = dict(options or {})
+    merged = {**env, **given}
     unknown = sorted(set(merged) - set(valid_keys()))
     if unknown:
         raise ValueError(f"unknown hybrid_trt option(s) {unknown}; valid options: {valid_keys()}")
-    return Options(**{k: _convert(k, v) for k, v in merged.items()})
+    converted = {}
+    for key, value in merged.items():
+        try:
+            converted[key] = _convert(key, value)
+        except ValueError as e:
+            if key in given:
+                raise
+            # the value came from the environment: name the variable, where the user has to fix it
+            raise ValueError(f"environment variable {ENV_PREFIX}{key.upper()}={value!r}: {e}") from None
+    return Options(**converted)

@@ -367,6 +367,8 @@ def test_directory_that_cannot_be_created_builds_in_memory(tmp_path, hybrid_logs
     store = EngineStore(tmp_path / "file" / "cache")
     _assert_built_in_memory(store, hybrid_logs, _key("new"))
     assert "cannot write" in _warnings(hybrid_logs)[0]
+    # the advice names the stray file to remove (it said "Free space or make it writable")
+    assert f"Remove the file {tmp_path / 'file'} (the cache needs a directory there)" in _warnings(hybrid_logs)[0]
 
 
 def test_an_unwritable_cache_warns_once_per_process_not_once_per_compile(tmp_path, hybrid_logs):

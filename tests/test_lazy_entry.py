@@ -72,6 +72,18 @@ def test_warm_start_reads_neither_recipe_nor_lowered_model_and_rebuilds_a_corrup
     assert again["matches"], again["tables"]
     assert {s for p in again["partitions"] for s in p["engines"]} == {"built"}, again["tables"]
 
+    # The optimized model damaged and the lowered one intact: the load fell back to the lowered model of the entry
+    # the store had just removed (its warning said "rebuilt"), stored nothing, and the next process built again.
+    optimized = _files(tmp_path, "engine.optimized.onnx")
+    for path in optimized:
+        data = bytearray(path.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        path.write_bytes(bytes(data))
+    rebuilt = run_child(tmp_path, "hybrid_trt", "transformer")
+    assert rebuilt["matches"], rebuilt["tables"]
+    assert {s for p in rebuilt["partitions"] for s in p["engines"]} == {"built"}, rebuilt["tables"]
+    assert sorted(_files(tmp_path, "engine.optimized.onnx")) == sorted(optimized)  # stored again
+
 
 def test_a_damaged_recipe_of_a_symbolic_partition_is_found_at_compile_time_and_rebuilt(tmp_path):
     """A warm start that meets a new shape builds its engine from the recipe. A damaged recipe made that call raise

@@ -357,3 +357,13 @@ def test_force_inductor_ops_takes_a_custom_ops_bare_name():
     in aten alone, so a custom op's bare name was refused."""
     torch.library.define("htrt_options_test::decode_bare", "(Tensor x) -> Tensor")
     assert make_options({"force_inductor_ops": ["decode_bare"]}).force_inductor_ops == frozenset({"decode_bare"})
+
+
+def test_a_bad_value_from_the_environment_names_the_variable(monkeypatch):
+    """It was reported under the option's name alone ("option 'cache_max_bytes': invalid value '10GiB'"), which
+    does not say the value came from the environment, where it has to be fixed."""
+    monkeypatch.setenv("HYBRID_TRT_CACHE_MAX_BYTES", "10GiB")
+    with pytest.raises(ValueError, match=r"environment variable HYBRID_TRT_CACHE_MAX_BYTES='10GiB': .*"
+                                         r"'cache_max_bytes': invalid value"):
+        make_options({})
+    assert make_options({"cache_max_bytes": 5}).cache_max_bytes == 5  # the dict wins, and its value is not the env's

@@ -551,9 +551,13 @@ class OnnxRuntimeDelegate(Delegate):
         # were decided from the lowered model at build and stored with it.
         settings = _stored_settings(files)
         if "optimized.onnx" in files:
+            # Read before the fallback below: a stored file that fails its checksum raises the store's error, which
+            # removes the entry to be rebuilt; caught here, the entry's other half served it, and nothing was stored
+            # again (its warning said "rebuilt").
+            optimized, external = files["optimized.onnx"], _data_files(files, "optimized.onnx")
             try:
-                session, stream = self.session(files["optimized.onnx"], device, delegate_options, optimize=False,
-                                               settings=settings, external=_data_files(files, "optimized.onnx"))
+                session, stream = self.session(optimized, device, delegate_options, optimize=False,
+                                               settings=settings, external=external)
                 return OnnxRuntimeEngine(session, output_metas, device, stream)
             except Exception as e:  # noqa: BLE001 - the lowered model is stored beside it
                 if "model.onnx" not in files:  # a package ships only the form that loads (deploy_files)

@@ -415,10 +415,14 @@ class EngineStore:
                 logger.debug("hybrid_trt: evicted engine cache entry %s (%d bytes)", path.name, size)
 
     def _unwritable(self, error: OSError) -> None:
+        # A file where the cache needs a directory (ENOTDIR, EEXIST) is a stray file to remove, not a full or
+        # read-only disk
+        stray = _stray_file(error.filename) if error.errno in (errno.ENOTDIR, errno.EEXIST) else None
+        fix = (f"Remove the file {stray} (the cache needs a directory there)" if stray else
+               "Free space or make it writable")
         self._warn("unwritable", f"hybrid_trt: cannot write to the engine cache {self.root} ({error}); engines are "
-                   "built without caching (entries already stored still load). Free space or make it writable, "
-                   "point the cache_dir option (HYBRID_TRT_CACHE_DIR) elsewhere, or turn caching off (cache=False, "
-                   "HYBRID_TRT_CACHE=0).")
+                   f"built without caching (entries already stored still load). {fix}, point the cache_dir option "
+                   "(HYBRID_TRT_CACHE_DIR) elsewhere, or turn caching off (cache=False, HYBRID_TRT_CACHE=0).")
 
     def _warn(self, kind: str, message: str) -> None:
         if kind in self._warned:
@@ -565,3 +569,13 @@ def _bytes_text(n: int) -> str:
         if n >= 1 << shift:
             return f"{n / (1 << shift):.2f} {unit}"
     return f"{n} B"
+
+
+def _stray_file(path) -> Optional[pathlib.Path]:
+    """The file (not a directory) at ``path`` or at the nearest of its parents, if any."""
+    if not path:
+        return None
+    for candidate in (pathlib.Path(path), *pathlib.Path(path).parents):
+        if candidate.exists() and not candidate.is_dir():
+            return candidate
+    return None
