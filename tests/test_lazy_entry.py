@@ -53,6 +53,14 @@ def _files(tmp_path, name):
     return sorted((tmp_path / "hybrid_trt" / "v1").glob(f"*/*/{name}"))
 
 
+def _flip_a_byte(paths) -> None:
+    """Damage each file at its middle byte, keeping its size: only a checksum tells."""
+    for path in paths:
+        data = bytearray(path.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        path.write_bytes(bytes(data))
+
+
 def test_warm_start_reads_neither_recipe_nor_lowered_model_and_rebuilds_a_corrupt_engine(tmp_path):
     cold = run_child(tmp_path, "hybrid_trt", "transformer")
     assert cold["matches"] and cold["partitions"], cold["tables"]
@@ -64,10 +72,7 @@ def test_warm_start_reads_neither_recipe_nor_lowered_model_and_rebuilds_a_corrup
     assert warm["matches"] and warm["from_graph_manifest"] == [True], warm["tables"]
     assert {s for p in warm["partitions"] for s in p["engines"]} == {"loaded"}, warm["tables"]
 
-    for path in _files(tmp_path, "engine.optimized.onnx"):  # the file a load does read
-        data = bytearray(path.read_bytes())
-        data[len(data) // 2] ^= 0xFF
-        path.write_bytes(bytes(data))
+    _flip_a_byte(_files(tmp_path, "engine.optimized.onnx"))  # the file a load does read
     again = run_child(tmp_path, "hybrid_trt", "transformer")
     assert again["matches"], again["tables"]
     assert {s for p in again["partitions"] for s in p["engines"]} == {"built"}, again["tables"]
@@ -75,10 +80,7 @@ def test_warm_start_reads_neither_recipe_nor_lowered_model_and_rebuilds_a_corrup
     # The optimized model damaged and the lowered one intact: the load fell back to the lowered model of the entry
     # the store had just removed (its warning said "rebuilt"), stored nothing, and the next process built again.
     optimized = _files(tmp_path, "engine.optimized.onnx")
-    for path in optimized:
-        data = bytearray(path.read_bytes())
-        data[len(data) // 2] ^= 0xFF
-        path.write_bytes(bytes(data))
+    _flip_a_byte(optimized)
     rebuilt = run_child(tmp_path, "hybrid_trt", "transformer")
     assert rebuilt["matches"], rebuilt["tables"]
     assert {s for p in rebuilt["partitions"] for s in p["engines"]} == {"built"}, rebuilt["tables"]
@@ -94,10 +96,7 @@ def test_a_damaged_recipe_of_a_symbolic_partition_is_found_at_compile_time_and_r
     assert cold["matches"] and cold["partitions"], cold["tables"]
     recipes = _files(tmp_path, "recipe.pt")
     assert recipes
-    for path in recipes:  # same size, one byte flipped: only the checksum tells
-        data = bytearray(path.read_bytes())
-        data[len(data) // 2] ^= 0xFF
-        path.write_bytes(bytes(data))
+    _flip_a_byte(recipes)  # same size, one byte flipped: only the checksum tells
     warm = run_child(tmp_path, "hybrid_trt", "dynamic_new")
     assert warm["matches"] and warm["from_graph_manifest"] == [False], warm["tables"]
     # the per-shape engines are entries of their own (intact: loaded); the new shape's is built from the recipe
