@@ -1167,6 +1167,57 @@ def _max_pool_module(producer, kernel, stride, padding, dilation, ceil_mode):
     return fx.GraphModule(torch.nn.Module(), graph)
 
 
+def _one_op_module(target, *args, **kwargs):
+    graph = fx.Graph()
+    call = graph.call_function(target, (graph.placeholder("input_0"), *args), kwargs)
+    outs = [graph.call_function(operator.getitem, (call, i)) for i in range(2)] if target is aten.var_mean.correction \
+        else [call]
+    graph.output(tuple(outs))
+    return fx.GraphModule(torch.nn.Module(), graph)
+
+
+# Raw sensor values (a large offset, a small spread) over a 2048 x 2048 image, a long axis of a prime length (the
+# blocks' remainder), and a sum over two separated axes: ONNX Runtime's CPU kernels accumulate float32 in a few
+# running sums, and these came out up to 2e-3 off (a variance 57x off) before large sums were staged.
+_LARGE_SUMS = {
+    "mean_image": (aten.mean.dim, (1, 3, 2048, 2048), ([2, 3], True), {}),
+    "var_image": (aten.var.correction, (1, 3, 2048, 2048), ([2, 3],), {"correction": 1}),
+    "var_mean_all": (aten.var_mean.correction, (2048, 2048), (None,), {"correction": 0}),
+    "sum_long_prime_axis": (aten.sum.dim_IntList, (2, 300_007), ([1],), {}),
+    "mean_long_axis_keepdim": (aten.mean.dim, (300_000, 2), ([0], True), {}),
+    "sum_separated_axes": (aten.sum.dim_IntList, (512, 3, 512), ([0, 2],), {}),
+    "sum_all": (aten.sum.default, (3, 1024, 1024), (), {}),
+}
+
+
+@pytest.mark.parametrize("target_name", ["generic", "ort_cpu"])
+@pytest.mark.parametrize("case", list(_LARGE_SUMS))
+def test_large_float_sums_match_eager_on_onnxruntime_cpu(case, target_name):
+    from hybrid_trt.lowerings.context import GENERIC, ORT_CPU
+    op, shape, args, kwargs = _LARGE_SUMS[case]
+    x = torch.randint(0, 256, shape, generator=torch.Generator().manual_seed(0)).float() * 0.1 + 500.0
+    gm = _one_op_module(op, *args, **kwargs)
+    model = lower_to_onnx(gm, [shape], [torch.float32], target=GENERIC if target_name == "generic" else ORT_CPU)
+    expected = list(gm(x))
+    actual = [torch.from_numpy(o) for o in _ort_cpu_session(model).run(None, {"input_0": x.numpy()})]
+    assert_close(actual, expected, rtol=2e-6, atol=0, what=f"{case} ({target_name})")
+
+
+@pytest.mark.parametrize("values", ["tenths", "cancelling"])
+def test_float_cumsum_keeps_eagers_float64_running_sum_on_onnxruntime_cpu(values):
+    """ATen's CPU cumsum of float32 runs in float64; ONNX Runtime's CPU CumSum in float32 (0.1 added 200k times
+    ended 40 below 20000, and a cancelling sequence lost its value)."""
+    from hybrid_trt.lowerings.context import ORT_CPU
+    n = 200_000
+    x = torch.full((2, n), 0.1) if values == "tenths" else \
+        torch.tensor([1e8, 1.0, -1e8] * (n // 3), dtype=torch.float32).repeat(2, 1)
+    gm = _one_op_module(aten.cumsum.default, 1)
+    model = lower_to_onnx(gm, [tuple(x.shape)], [x.dtype], target=ORT_CPU)
+    expected = gm(x)[0]
+    actual = torch.from_numpy(_ort_cpu_session(model).run(None, {"input_0": x.numpy()})[0])
+    assert_close(actual, expected, rtol=1e-6, atol=1e-6, what=f"cumsum of {values}")
+
+
 def _ort_cpu_session(model, optimized_path=None):
     """A session with the onnxruntime delegate's own settings (full graph optimisation: NCHWc on x86, fusions)."""
     from hybrid_trt.delegates import get_delegate

@@ -1,6 +1,8 @@
 """Reductions: sum, mean, amax/amin, max/min over a dim (values and indices), argmax/argmin, var, any/all."""
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ..context import ORT_CPU
@@ -16,14 +18,62 @@ def _axes(ctx, x, dim) -> list[int]:
 
 
 def _reduce(ctx, op_type, x, dim, keepdim, dtype=None):
-    rank = len(ctx.shape(x))
+    shape = ctx.shape(x)
     axes = _axes(ctx, x, dim)
+    out_dtype = dtype or ctx.dtype(x)
     x = ctx.input(x, dtype)
-    if rank == 0:
+    if not shape:
         return ctx.op("Identity", x)
+    if op_type in _SUMS and out_dtype.is_floating_point:
+        return _float_sum(ctx, op_type, x, shape, axes, keepdim, out_dtype)
+    return _one_pass(ctx, op_type, x, axes, keepdim)
+
+
+def _one_pass(ctx, op_type, x: str, axes, keepdim) -> str:
     if op_type == "ReduceSum":  # opset 13+: axes is an input for ReduceSum only
-        return ctx.op(op_type, x, ctx.ints(axes), keepdims=int(bool(keepdim)))
-    return ctx.op(op_type, x, axes=axes, keepdims=int(bool(keepdim)))
+        return ctx.op(op_type, x, ctx.ints(list(axes)), keepdims=int(bool(keepdim)))
+    return ctx.op(op_type, x, axes=list(axes), keepdims=int(bool(keepdim)))
+
+
+# ONNX Runtime's CPU ReduceSum/ReduceMean add float values into a few running sums, so their error grows with the
+# count: the mean of 4M float32 values near 500 came out 2e-3 off (a variance of them 57x off), where ATen's
+# cascade sum is exact to rounding. A float sum or mean of more than _ONE_PASS_MAX elements is therefore reduced
+# in stages of at most about sqrt(n) elements: axis by axis, innermost first, and an axis longer than that as
+# blocks (_long_axis). On every target, so the form does not depend on the kernels; it adds a few kernels to
+# large reductions only (a 224x224 image's pools are far below the bound).
+_SUMS = frozenset({"ReduceSum", "ReduceMean"})
+_ONE_PASS_MAX = 2 ** 16
+
+
+def _count(shape, axes) -> int:
+    count = 1
+    for a in axes:
+        count *= shape[a]
+    return count
+
+
+def _float_sum(ctx, op_type, x: str, shape, axes, keepdim, dtype) -> str:
+    if _count(shape, axes) <= _ONE_PASS_MAX:
+        return _one_pass(ctx, op_type, x, axes, keepdim)
+    for a in sorted(axes, reverse=True):
+        x = _long_axis(ctx, op_type, x, shape, a, dtype) if shape[a] > _ONE_PASS_MAX else \
+            _one_pass(ctx, op_type, x, [a], True)
+    return x if keepdim else ctx.op("Squeeze", x, ctx.ints(sorted(axes)))
+
+
+def _long_axis(ctx, op_type, x: str, shape, a: int, dtype) -> str:
+    """Sum (mean) along axis ``a`` of length n > _ONE_PASS_MAX, kept as a dim of 1: the first q*b elements as q
+    blocks of b = isqrt(n) (each block summed, then the block sums), plus the r < b left over."""
+    n = shape[a]
+    b = math.isqrt(n)
+    q, r = divmod(n, b)
+    head = x if r == 0 else ctx.op("Slice", x, ctx.ints([0]), ctx.ints([q * b]), ctx.ints([a]))
+    blocks = ctx.op("Reshape", head, ctx.ints([0] * a + [q, b] + list(shape[a + 1:])))  # 0: the input's size
+    total = ctx.op("ReduceSum", ctx.op("ReduceSum", blocks, ctx.ints([a + 1]), keepdims=0), ctx.ints([a]), keepdims=1)
+    if r:
+        tail = ctx.op("Slice", x, ctx.ints([q * b]), ctx.ints([n]), ctx.ints([a]))
+        total = ctx.op("Add", total, ctx.op("ReduceSum", tail, ctx.ints([a]), keepdims=1))
+    return ctx.op("Div", total, ctx.const(float(n), dtype)) if op_type == "ReduceMean" else total
 
 
 def _check_sum(node):
@@ -77,7 +127,8 @@ def lower_mean(ctx, node):
     dim = node.args[1] if len(node.args) > 1 else None
     keepdim = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
     x = node.args[0]
-    if ctx.target != ORT_CPU and ctx.dtype(node) in _POOL_DTYPES and _over_spatial_dims(ctx, x, dim):
+    if ctx.target != ORT_CPU and ctx.dtype(node) in _POOL_DTYPES and _over_spatial_dims(ctx, x, dim) and \
+            _count(ctx.shape(x), _axes(ctx, x, dim)) <= _ONE_PASS_MAX:
         return _global_average(ctx, ctx.input(x, ctx.dtype(node)), len(ctx.shape(x)), keepdim)
     return _reduce(ctx, "ReduceMean", x, dim, keepdim, ctx.dtype(node))
 
@@ -181,21 +232,27 @@ def lower_var(ctx, node):
     keepdim = node.kwargs.get("keepdim", False)
     shape = ctx.shape(x)
     axes = dims(ctx.arg(dim), len(shape)) if dim not in (None, []) else list(range(len(shape)))
-    count = 1
-    for a in axes:
-        count *= shape[a]
+    count = _count(shape, axes)
     dtype = ctx.dtype(x)
     xin = ctx.input(x)
-    mean_keep = ctx.op("ReduceMean", xin, axes=axes, keepdims=1)
-    centered = ctx.op("Sub", xin, mean_keep)
-    sq_sum = ctx.op("ReduceSum", ctx.op("Mul", centered, centered), ctx.ints(axes), keepdims=int(bool(keepdim)))
+    if not shape:  # a 0-d input: its own mean, a variance of 0 (or NaN past the correction, as ATen's)
+        mean_keep = ctx.op("Identity", xin)
+        sq_sum = ctx.op("Sub", xin, xin)
+    else:  # two passes, each staged where large (_float_sum): the centred squares lose nothing to the mean's size
+        mean_keep = _float_sum(ctx, "ReduceMean", xin, shape, axes, True, dtype)
+        centered = ctx.op("Sub", xin, mean_keep)
+        sq_sum = _float_sum(ctx, "ReduceSum", ctx.op("Mul", centered, centered), shape, axes, keepdim, dtype)
     var = ctx.op("Div", sq_sum, ctx.const(float(max(count - correction, 0)), dtype))
     if node.target is aten.var.correction:
         return var
-    mean = mean_keep if keepdim else ctx.op("ReduceMean", xin, axes=axes, keepdims=0)
+    mean = mean_keep if keepdim or not shape else ctx.op("Squeeze", mean_keep, ctx.ints(axes))
     return (var, mean)
 
 
+# ATen's CPU cumsum of float32 keeps its running sum in float64, ONNX Runtime's CPU CumSum in float32: 0.1 added
+# 200k times ended 40 below eager's 20000, and a cancelling sequence lost its value entirely. On ONNX Runtime's CPU
+# provider the running sum is float64 too (its CumSum has a float64 kernel). CUDA's cumsum, in ATen and in ONNX
+# Runtime, runs in float32, so other targets keep it.
 # A bool input too: a mask's running count (DETR-style Fourier positional encodings, EdgeNeXt's among them,
 # cumsum an all-ones mask; with symbolic sizes that mask is no constant, and declining split the block).
 @lowering(aten.cumsum.default, dtypes=NUMERIC | BOOL, check=_check_not_0d)
@@ -203,6 +260,9 @@ def lower_cumsum(ctx, node):
     x, dim = node.args[:2]
     dtype = ctx.dtype(node)
     axis = dims(ctx.arg(dim), max(len(ctx.shape(x)), 1))[0]
+    if ctx.target == ORT_CPU and dtype == torch.float32:
+        wide = ctx.op("CumSum", ctx.input(x, torch.float64), ctx.const(axis, torch.int64))
+        return ctx.cast(wide, dtype)
     return ctx.op("CumSum", ctx.input(x, dtype), ctx.const(axis, torch.int64))
 
 
