@@ -12,8 +12,8 @@ from .report import CompileReport, last_report, reports
 from .guards import skip_guards_on_baked_weights
 # The functions shadow the subpackage's name on purpose: ``hybrid_trt.export(...)`` / ``hybrid_trt.load(...)`` /
 # ``hybrid_trt.verify(...)``.
-from .export import (EXIT_CODES, BuildInDeployMode, DeployedModel, EngineNotInPackage, ExportError,  # noqa: E402
-                     PackageError, export, load, verify)
+from .export import (EXIT_CODES, BuildInDeployMode, DeployedModel, EngineCallFailed, EngineNotInPackage,  # noqa: E402
+                     ExportError, PackageError, export, load, verify)
 
 
 def _register() -> None:
@@ -34,5 +34,5 @@ _register()
 
 __all__ = ["hybrid_trt_backend", "Options", "make_options", "valid_keys", "CompileReport", "reports",
            "last_report", "export", "load", "verify", "ExportError", "PackageError", "EngineNotInPackage",
-           "BuildInDeployMode", "DeployedModel", "EXIT_CODES", "skip_guards_on_baked_weights"]
+           "EngineCallFailed", "BuildInDeployMode", "DeployedModel", "EXIT_CODES", "skip_guards_on_baked_weights"]
 __version__ = "0.1.0"

@@ -220,7 +220,64 @@ def _as_op_name(key, v) -> str:
     if problem:
         raise ValueError(f"hybrid_trt option {key!r}: {v!r} {problem}. Write ops as 'aten.convolution' or "
                          "'aten.add.Tensor' (a custom op as 'namespace.op', registered before torch.compile)")
+    never = _never_partitioned(name)
+    if never:
+        raise ValueError(f"hybrid_trt option {key!r}: {v!r} {never}, so keeping it with Inductor would keep "
+                         "nothing there. The ops of a compiled graph are listed by hybrid_trt.last_report()")
     return name
+
+
+# What the commonest of those ops become in the captured graph, for the error's hint.
+_BECOMES = {"conv1d": "aten.convolution", "conv2d": "aten.convolution", "conv3d": "aten.convolution",
+            "conv_transpose1d": "aten.convolution", "conv_transpose2d": "aten.convolution",
+            "conv_transpose3d": "aten.convolution", "linear": "aten.addmm or aten.mm",
+            "matmul": "aten.mm, aten.bmm or aten.addmm", "batch_norm": "aten._native_batch_norm_legit_no_training",
+            "layer_norm": "aten.native_layer_norm", "group_norm": "aten.native_group_norm",
+            "softmax": "aten._softmax", "log_softmax": "aten._log_softmax", "flatten": "aten.view",
+            "reshape": "aten.view", "relu6": "aten.hardtanh", "max_pool2d": "aten.max_pool2d_with_indices"}
+
+
+def _never_partitioned(name: str) -> Optional[str]:
+    """Why the op ``name`` (as matched) never appears in the graph hybrid_trt partitions, or None. Captured graphs are
+    functional (no in-place or out= overloads) and ATen's CompositeImplicitAutograd ops are decomposed while they
+    are traced, except those hybrid_trt keeps whole (attention, interpolation: partitioner/capability.py)."""
+    import torch
+    from .partitioner.capability import KEPT_WHOLE_AS
+    parts = name.split(".")
+    bare = len(parts) == 1
+    if bare:  # judged by aten's op of that name (another namespace's is written 'namespace.name')
+        if not hasattr(torch.ops.aten, name):
+            return None
+        parts = ["aten", name]
+    packet_name = ".".join(parts[:2])
+    if any(packet_name in names for names in KEPT_WHOLE_AS.values()):
+        return None
+    try:
+        packet = getattr(getattr(torch.ops, parts[0]), parts[1])
+    except (AttributeError, RuntimeError):
+        return None
+    ops = [getattr(packet, o) for o in ([parts[2]] if len(parts) == 3 else packet.overloads())]
+    functional = [op for op in ops if not op._schema.is_mutable]
+    if not functional:
+        plain = parts[1].rstrip("_")
+        if parts[1].endswith("_") and hasattr(getattr(torch.ops, parts[0]), plain):
+            return (f"is an in-place op: captured graphs are functional and hold {parts[0]}.{plain} instead "
+                    f"(name that)")
+        return "writes to its arguments (an in-place or out= form): captured graphs are functional and never hold it"
+    if all(_decomposed_while_traced(op) for op in functional):
+        becomes = _BECOMES.get(parts[1]) if parts[0] == "aten" else None
+        return ("is decomposed by torch while the graph is captured: it never reaches hybrid_trt's partitioner"
+                + (f" (it becomes {becomes}: name that)" if becomes else " (name the ops it becomes)")
+                + (" (another namespace's op of this name is written 'namespace.name')" if bare else ""))
+    return None
+
+
+def _decomposed_while_traced(op) -> bool:
+    import torch
+    try:
+        return torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CompositeImplicitAutograd")
+    except RuntimeError:  # not a dispatcher op (a TorchScript builtin overload such as aten::add.t)
+        return False
 
 
 def _bare_op_registered(name: str) -> bool:

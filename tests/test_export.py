@@ -353,6 +353,31 @@ def test_export_puts_the_callers_train_and_eval_modes_back(tmp_path):
         assert torch.allclose(loaded(x), model.eval()(x), rtol=1e-5, atol=1e-5)
 
 
+class _TokenHead(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb, self.lin = torch.nn.Embedding(10, 8), torch.nn.Linear(8, 4)
+
+    def forward(self, ids):
+        return torch.relu(self.lin(self.emb(ids))).sum(1)
+
+
+def test_a_bad_index_into_a_package_is_eagers_index_error(tmp_path):
+    """A token id out of range (or negative) raised ONNX Runtime's text through AOTInductor as a RuntimeError, with
+    a negative id shown as 9223372036854775807. It is an IndexError saying so, and the package keeps working."""
+    torch.manual_seed(0)
+    model, ids = _TokenHead().eval(), torch.randint(0, 10, (2, 5))
+    loaded = hybrid_trt.load(hybrid_trt.export(model, (ids,), path=tmp_path / "tokens.pkg"))
+    with torch.no_grad():
+        for value in (-1, 12):
+            bad = ids.clone()
+            bad[0, 0] = value
+            with pytest.raises(IndexError, match="index out of range in self") as info:
+                loaded(bad)
+            assert "Negative indices are out of range here as in eager PyTorch" in str(info.value)
+        assert_close(loaded(ids), model(ids))
+
+
 def test_one_listed_shape_other_than_the_examples_is_the_shape_exported(tmp_path):
     """``shapes`` lists the shapes to build engines for: a single listed shape that differs from the example's
     is the static shape of the package (it was traced at the example's shape: every listed-shape run fell back,

@@ -127,6 +127,44 @@ def test_first_call_failure_falls_back(monkeypatch, hybrid_logs):
     assert sum("injected run failure" in w for w in _warnings(hybrid_logs)) == 1  # once, not per call
 
 
+def _failing_from_third_call(monkeypatch):
+    real, calls = OnnxRuntimeEngine.__call__, []
+
+    def call(self, inputs):
+        calls.append(1)
+        if len(calls) >= 3:
+            raise RuntimeError("injected failure at a later call")
+        return real(self, inputs)
+    monkeypatch.setattr(OnnxRuntimeEngine, "__call__", call)
+
+
+def test_a_later_call_failure_falls_back(monkeypatch, hybrid_logs):
+    """An engine that ran fine and then fails on inputs eager runs (a device error, say): until now its error
+    reached the caller at every call. That call and every later one run through Inductor, with one warning."""
+    _failing_from_third_call(monkeypatch)
+    model, x = _model()
+    with torch.no_grad():
+        expected = model(x)
+        compiled = torch.compile(model, backend="hybrid_trt")
+        outs = [compiled(x) for _ in range(5)]
+    for out in outs:
+        assert_close(out, expected)
+    report = hybrid_trt.last_report()
+    assert [p.status for p in report.partitions] == ["fell back to Inductor"], report.table()
+    assert any("a call failed: injected failure at a later call" in e for e in report.partitions[0].events)
+    assert sum("injected failure at a later call" in w for w in _warnings(hybrid_logs)) == 1
+
+
+def test_a_later_call_failure_strict_raises_naming_the_engine(monkeypatch):
+    _failing_from_third_call(monkeypatch)
+    model, x = _model()
+    compiled = torch.compile(model, backend="hybrid_trt", options={"strict": True})
+    with torch.no_grad():
+        compiled(x), compiled(x)
+        with pytest.raises(hybrid_trt.EngineCallFailed, match="its engine failed: injected failure at a later call"):
+            compiled(x)
+
+
 def test_fallback_whose_inductor_compile_fails_runs_eagerly(monkeypatch, hybrid_logs):
     """The partition's own fallback must not fail either: when Inductor cannot compile the partition module at
     the first call, the module runs eagerly (one more warning), and the output still matches eager."""

@@ -2024,6 +2024,36 @@ def test_bad_inputs_at_the_first_call_raise_as_in_eager_and_leave_the_partition_
     assert "falls back" not in caplog.text and "eagerly" not in caplog.text, caplog.text
 
 
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_bad_inputs_after_the_first_call_raise_as_in_eager(dynamic, caplog):
+    """A bad index at a later call (or at the first call of a new shape, with an engine per shape) raised ONNX
+    Runtime's text, which shows a negative index as 9223372036854775807. It is eager's IndexError now, and the
+    partition keeps its engine: no warning, nothing moved to Inductor, the next good call delegated."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = _NegativeIndexReads("embedding").eval()
+    ok = torch.tensor([[1, 2, 3, 4]])
+    wider_ok, wider_bad = torch.tensor([[1, 2, 3, 4, 5, 6]]), torch.tensor([[1, 2, 3, 4, 5, 100]])
+    compiled = torch.compile(model, backend="hybrid_trt", dynamic=dynamic, options={"min_block_size": 1})
+    before = len(hybrid_trt.reports())
+    with torch.no_grad(), caplog.at_level("WARNING", logger="hybrid_trt"):
+        assert_close(compiled(ok), model(ok))
+        for bad in (torch.tensor([[-1, 2, 3, 4]]), torch.tensor([[1, 2, 3, 100]])) + ((wider_bad,) if dynamic else ()):
+            with pytest.raises(IndexError, match="index out of range") as info:
+                compiled(bad)
+            assert "9223372036854775807" not in str(info.value)
+        assert_close(compiled(ok), model(ok))
+        if dynamic:
+            assert_close(compiled(wider_ok), model(wider_ok))
+    reports = hybrid_trt.reports()[before:]
+    assert [p.status for r in reports for p in r.partitions] == ["delegated"], [r.table() for r in reports]
+    partition = reports[-1].partitions[0]
+    assert partition.shapes_on_inductor == 0 and not partition.events, partition.events
+    if dynamic:  # the wider shape's engine was built at its bad first call, and served its good one
+        assert sorted(e.signature for e in partition.engines) == ["1x4", "1x6"], partition.engines
+    assert "falls back" not in caplog.text and "eagerly" not in caplog.text, caplog.text
+
+
 def test_positions_from_topk_or_argmax_gather_without_the_negative_index_check():
     """The check that makes a negative index an error costs a pass over the indices at every run; indices that are
     positions by construction (top-k's, sort's, arg-max's, through views) need none. Other indices keep it."""

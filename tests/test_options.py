@@ -352,6 +352,47 @@ def test_force_inductor_ops_names_an_op_that_does_not_exist(name, problem):
         make_options({"force_inductor_ops": [name]})
 
 
+@pytest.mark.parametrize("name,problem", [
+    ("conv2d", "is decomposed by torch while the graph is captured.*it becomes aten.convolution: name that"),
+    ("aten.linear", "is decomposed by torch.*it becomes aten.addmm or aten.mm"),
+    ("batch_norm", "is decomposed by torch"), ("aten.relu_", "is an in-place op.*hold aten.relu instead"),
+    ("aten.add.out", "writes to its arguments")])
+def test_force_inductor_ops_refuses_an_op_no_captured_graph_holds(name, problem):
+    """``["conv2d", "linear", "batch_norm", "relu_"]`` was accepted and kept nothing with Inductor, silently: torch
+    decomposes those ops (and functionalizes in-place ones) before the partitioner sees the graph."""
+    with pytest.raises(ValueError, match=rf"'force_inductor_ops': '{name}' {problem}"):
+        make_options({"force_inductor_ops": [name]})
+
+
+def test_force_inductor_ops_takes_the_aten_names_of_ops_kept_whole():
+    """Attention and interpolation reach the partitioner as hybrid_trt's own ops; the ATen names users know them by
+    keep them with Inductor (and a bilinear resize is not a nearest one)."""
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.qkv = torch.nn.Linear(8, 24)
+
+        def forward(self, x):  # x: (1, 8, 4, 4); q, k, v: (batch, heads, tokens, channels), as a fused kernel takes
+            q, k, v = self.qkv(x.flatten(2).transpose(1, 2)).view(1, 16, 3, 1, 8).permute(2, 0, 3, 1, 4).unbind(0)
+            a = torch.nn.functional.scaled_dot_product_attention(q, k, v).squeeze(1).transpose(1, 2).reshape(x.shape)
+            up = torch.nn.functional.interpolate(a, scale_factor=2.0, mode="bilinear")
+            return up.relu() + torch.nn.functional.interpolate(x, scale_factor=2.0, mode="nearest").sigmoid()
+
+    x = torch.randn(1, 8, 4, 4)
+    for forced, kept in ((["aten.scaled_dot_product_attention"], ["hybrid_trt.attention.default"]),
+                         (["upsample_bilinear2d"], ["hybrid_trt.interpolate.default"])):
+        torch._dynamo.reset()
+        model = Net().eval()
+        compiled = torch.compile(model, backend="hybrid_trt", options={"force_inductor_ops": forced,
+                                                                      "min_block_size": 1})
+        with torch.no_grad():
+            torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-4)
+        report = hybrid_trt.last_report()
+        assert [op.op for op in report.inductor_ops if "force_inductor_ops" in op.reason] == kept, report.table()
+        delegated = [o for p in report.partitions for o in p.ops]
+        assert "hybrid_trt.interpolate.default" in delegated, report.table()  # the nearest resize, at least
+
+
 def test_force_inductor_ops_takes_a_custom_ops_bare_name():
     """The README says a bare name keeps that op in any namespace, and matching does; the check looked the name up
     in aten alone, so a custom op's bare name was refused."""

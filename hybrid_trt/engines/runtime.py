@@ -64,6 +64,10 @@ class EngineNotInPackage(LookupError):
     """Deploy mode: an input shape the package holds no engine for."""
 
 
+class EngineCallFailed(RuntimeError):
+    """An engine failed on inputs eager PyTorch runs, where nothing falls back: ``strict``, or a loaded package."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Policy:
     """The options a runtime reads (not the delegate's own: those are in ``delegate_options``)."""
@@ -307,6 +311,7 @@ class PartitionRuntime:
         self._fallback: Optional[Callable] = None
         self._static_outputs: Optional[list] = None
         self._static_engine: Optional[Callable] = None
+        self._static_ran = False  # the static engine has run once (its failures since are not first-call ones)
         self.capture_verdicts: dict = {}  # input signature -> cudagraphs.ProbeResult (capture_probe.py)
         self.ranged: list = []  # (RangePlan, store key, engine): engines that each serve a range of shapes
         self._loaded_shapes: dict = {}  # deploy mode: signature text -> engine, every listed shape's, from load
@@ -528,14 +533,20 @@ class PartitionRuntime:
         # Static partitions have exactly one signature (Dynamo guards on it): no lookup on the hot path.
         engine = self._static_engine
         if engine is not None:
-            return engine(inputs)
+            try:
+                return engine(inputs)
+            except Exception as e:  # noqa: BLE001 - a try costs nothing until it raises (_engine_failed)
+                return self._engine_failed(e, None, inputs, sizes)
         signature = (tuple(t.shape for t in inputs), tuple(sizes))
         runner = self._engines.get(signature)
         if runner is None:
             if self._past_bound:  # no store lookup and no entry per shape: sizes may differ at every call
                 return self._fallback(inputs, sizes)
             return self._first_call(signature, inputs, sizes)
-        return runner(inputs, sizes)
+        try:
+            return runner(inputs, sizes)
+        except Exception as e:  # noqa: BLE001
+            return self._engine_failed(e, signature, inputs, sizes)
 
     # -- slow paths ----------------------------------------------------------------------------------------------
     def _first_call(self, signature, inputs, sizes):
@@ -549,12 +560,12 @@ class PartitionRuntime:
             if plan.covers(shapes):
                 if memo:
                     self._engines[signature] = lambda ins, _sizes, engine=engine: engine(ins)
-                return engine(inputs)
+                return self._checked_call(engine, signature, inputs, sizes)
         text = signature_text(shapes, sizes)
         loaded = self._loaded_shapes.get(text)
         if loaded is not None:
             self._engines[signature] = lambda ins, _sizes, engine=loaded: engine(ins)
-            return loaded(inputs)
+            return self._checked_call(loaded, signature, inputs, sizes)
         if not self.policy.deploy and self._held >= self.policy.max_engines:
             # Checked before the store: a loaded engine is held in memory like a built one. Were loaded engines
             # free, each process would serve every shape earlier ones stored, and build as many more.
@@ -567,10 +578,14 @@ class PartitionRuntime:
             if entry is not None:
                 engine = self._load_engine(entry, metas_from_json(entry.meta["outputs"]))
                 self._held += 1
-                outs = engine(inputs)
+                outs, rejected = self._first_run(engine, inputs, sizes)
                 self._record(text, "loaded", time.perf_counter() - t0, 0.0)
                 self._engines[signature] = lambda ins, _sizes, engine=engine: engine(ins)
+                if rejected is not None:  # the caller's error: the loaded engine stays
+                    raise _CallersError(rejected)
                 return outs
+        except _CallersError as e:
+            raise e.eager from None
         except CorruptEntry as e:  # the store removed the entry and warned
             logger.debug("hybrid_trt: %s: stored engine for [%s]: %s; building it again", self.name, text, e)
         except Exception as e:  # noqa: BLE001 - an unusable stored engine is rebuilt, and replaced below
@@ -585,7 +600,7 @@ class PartitionRuntime:
             model, out_metas = _lower(self.module, shapes, dtypes, tuple(sizes), self.lowering_target)
             lower_s = time.perf_counter() - t1
             engine = self._build_engine(model, out_metas, text)
-            outs = engine(inputs)
+            outs, rejected = self._first_run(engine, inputs, sizes)
         except Exception as e:
             if self.policy.strict:
                 raise
@@ -601,7 +616,60 @@ class PartitionRuntime:
             except Exception as e:  # noqa: BLE001 - storing is best effort; the engine runs either way
                 logger.warning("hybrid_trt: %s: engine for [%s] not stored: %s", self.name, text, e)
         self._engines[signature] = lambda ins, _sizes, engine=engine: engine(ins)
+        if rejected is not None:  # the caller's error: the engine is kept, and stored, for the next call
+            raise rejected from None
         return outs
+
+    def _first_run(self, engine: Engine, inputs, sizes) -> tuple:
+        """(outputs, None), or (None, eager's error) where the engine and eager PyTorch both reject the inputs (an
+        index out of range): the engine is not at fault. Any other failure is raised (the engine is)."""
+        try:
+            return engine(inputs), None
+        except Exception as e:
+            rejected = self._eager_rejection(inputs, sizes)
+            if rejected is not None:
+                return None, rejected
+            if self.policy.strict or self.policy.deploy:
+                raise _explained(e, self.name, self.delegate.name, self.policy.deploy) from e
+            raise
+
+    def _checked_call(self, engine: Engine, signature, inputs, sizes):
+        try:
+            return engine(inputs)
+        except Exception as e:  # noqa: BLE001
+            return self._engine_failed(e, signature, inputs, sizes)
+
+    def _engine_failed(self, e: Exception, signature, inputs, sizes):
+        """An engine raised at a call (``signature`` None: the static engine). Inputs eager PyTorch rejects too (an
+        index out of range) are the caller's error: eager's is raised, and the engine stays. Otherwise the engine
+        fails where eager runs: that signature (a static partition: the partition) runs through Inductor from now
+        on, with one warning; ``strict`` and a loaded package (no fallback) raise, saying what failed."""
+        if signature is not None and self._engines.get(signature) is self._fallback:
+            raise e  # the Inductor fallback's own error handling ran already
+        rejected = self._eager_rejection(inputs, sizes)
+        if rejected is not None:
+            logger.debug("hybrid_trt: %s: engine call failed (%s); eager PyTorch rejects the inputs too", self.name, e)
+            raise rejected from None
+        if self.policy.strict or self.policy.deploy:
+            raise _explained(e, self.name, self.delegate.name, self.policy.deploy) from e
+        what = "first call" if not self._static_ran and signature is None else "a call"
+        if signature is not None:
+            self._fall_back(f"shape {signature_text(*map(list, signature))}: {what} failed: {e}")
+            return self._route_to_inductor(signature, inputs, sizes)
+        self.report.status = "fell back to Inductor"  # the partition's only engine is gone
+        self._fall_back(f"{what} failed: {e}")
+        runner = self._inductor_runner()
+        self._static_engine = lambda ins: runner(ins, ())
+        return self._static_engine(inputs)
+
+    def _eager_rejection(self, inputs, sizes) -> Optional[Exception]:
+        """Eager PyTorch's error for these inputs, or None when it runs them or cannot be asked (a loaded package
+        holds no FX module of the partition)."""
+        try:
+            module = self.module
+        except BuildInDeployMode:
+            return None
+        return _rejected_by_eager(module, inputs, sizes)
 
     def _route_to_inductor(self, signature, inputs, sizes):
         """This shape signature runs through the partition's Inductor fallback from now on."""
@@ -681,32 +749,46 @@ class PartitionRuntime:
         return self._fallback
 
     def _first_call_guard(self, engine: Engine) -> Callable:
-        """The static engine wrapped so that a failing first call falls back to Inductor (strict: raises)."""
+        """The static engine, noting its first successful call (a failure goes to ``_engine_failed`` from ``run``,
+        which tells a first call's failure from a later one's)."""
         ref = weakref.ref(self)  # no cycle: the runtime is released with the compiled graph that holds it
 
         def first(inputs):
+            outs = engine(inputs)
             me = ref()
-            try:
-                outs = engine(inputs)
-            except Exception as e:
-                if me.policy.strict:
-                    raise
-                rejected = _rejected_by_eager(me.module, inputs, ())
-                if rejected is not None:  # the inputs are at fault, not the engine: it stays, for the next call
-                    logger.debug("hybrid_trt: %s: first call failed (%s); eager PyTorch rejects the inputs too",
-                                 me.name, e)
-                    raise rejected from None
-                me.report.status = "fell back to Inductor"  # the partition's only engine is gone
-                me._fall_back(f"first call failed: {e}")
-                runner = me._inductor_runner()
-                me._static_engine = lambda ins: runner(ins, ())
-                return me._static_engine(inputs)
-            me._static_engine = engine
+            me._static_engine, me._static_ran = engine, True
             return outs
         return first
 
 
 # ---------------------------------------------------------------------------------------------- helpers
+
+
+class _CallersError(Exception):
+    """Carries eager's error for inputs both the engine and eager reject out of the stored-engine ``try``, which
+    would take any other exception for an unusable entry."""
+
+    def __init__(self, eager: Exception):
+        super().__init__(str(eager))
+        self.eager = eager
+
+
+# What ONNX Runtime's index checks say (Gather, GatherElements, GatherND, the scatters) when an index is out of range.
+_ORT_INDEX_ERRORS = ("out of data bounds", "Out of range value in index", "invalid indice", "index out of bound")
+
+
+def _explained(e: Exception, name: str, delegate: str, deploy: bool) -> Exception:
+    """The engine's failure as the caller should read it: an index out of range as eager's IndexError (naming the
+    negative index that ``lowerings/ops/indexing.py`` moves past every end), anything else said to be the engine's."""
+    text = str(e)
+    if any(marker in text for marker in _ORT_INDEX_ERRORS):
+        return IndexError(
+            f"index out of range in self: an index the model was given is outside the tensor it indexes "
+            f"({name}, {delegate}: {text.split(chr(10))[0].strip()}). Negative indices are out of range here as in "
+            f"eager PyTorch, and appear in that text as {2 ** 63 - 1}.")
+    return EngineCallFailed(f"{name} ({delegate}): its engine failed: {text.split(chr(10) + chr(10) + 'At:')[0]}"
+                            + (". A loaded package compiles no fallback; the inputs may be ones the model never "
+                               "takes (compare with eager PyTorch)" if deploy else ""))
 
 
 def _rejected_by_eager(module, inputs, sizes) -> Optional[Exception]:

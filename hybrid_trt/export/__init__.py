@@ -8,7 +8,7 @@ from .api import ExportError, export
 from .deploy import DeployedModel, load
 from .package import EXIT_CODES, PackageError
 from .verification import verify
-from ..engines.runtime import BuildInDeployMode, EngineNotInPackage  # what a loaded package raises
+from ..engines.runtime import BuildInDeployMode, EngineCallFailed, EngineNotInPackage  # what a package raises
 
 __all__ = ["export", "load", "verify", "DeployedModel", "ExportError", "PackageError", "EXIT_CODES",
-           "EngineNotInPackage", "BuildInDeployMode"]
+           "EngineNotInPackage", "BuildInDeployMode", "EngineCallFailed"]

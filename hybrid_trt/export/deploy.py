@@ -183,9 +183,9 @@ def _shapes_text_lists(case) -> str:
 def _deploy_error(e: RuntimeError):
     """The runtime's own error when AOTInductor's proxy executor wrapped it (it passes Python errors of custom
     ops on as RuntimeError text)."""
-    from ..engines.runtime import EngineNotInPackage, BuildInDeployMode
+    from ..engines.runtime import BuildInDeployMode, EngineCallFailed, EngineNotInPackage
     text = str(e)
-    for cls in (EngineNotInPackage, BuildInDeployMode):
+    for cls in (EngineNotInPackage, BuildInDeployMode, EngineCallFailed, IndexError):
         marker = cls.__name__ + ": "
         if marker in text:
             message = text.split(marker, 1)[1].split("\n\nAt:", 1)[0].strip()

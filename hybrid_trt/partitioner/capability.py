@@ -111,7 +111,34 @@ def _matches_forced(node: fx.Node, forced: frozenset) -> bool:
         return False
     name = op_name(node)  # e.g. aten.convolution.default
     packet = name.rsplit(".", 1)[0]  # aten.convolution
-    return name in forced or packet in forced or packet.split(".", 1)[-1] in forced
+    if name in forced or packet in forced or packet.split(".", 1)[-1] in forced:
+        return True
+    return any(known in forced or known.split(".", 1)[-1] in forced for known in _known_as(node, packet))
+
+
+# Ops hybrid_trt keeps whole under names of its own (capture/attention.py, capture/preserve.py), by the ATen names
+# a user knows them by: forcing ``aten.scaled_dot_product_attention`` or ``aten.upsample_bilinear2d`` keeps ours with
+# Inductor. Interpolation by its mode and rank, as F.interpolate picks the ATen op.
+KEPT_WHOLE_AS = {"hybrid_trt.attention": ("aten.scaled_dot_product_attention",),
+                 "hybrid_trt.interpolate": ("aten.upsample_nearest1d", "aten.upsample_nearest2d",
+                                            "aten.upsample_nearest3d", "aten._upsample_nearest_exact1d",
+                                            "aten._upsample_nearest_exact2d", "aten._upsample_nearest_exact3d",
+                                            "aten.upsample_linear1d", "aten.upsample_bilinear2d",
+                                            "aten.upsample_trilinear3d", "aten.upsample_bicubic2d",
+                                            "aten.adaptive_avg_pool1d", "aten.adaptive_avg_pool2d",
+                                            "aten.adaptive_avg_pool3d")}
+_INTERPOLATE_OPS = {"nearest": "upsample_nearest{d}d", "nearest-exact": "_upsample_nearest_exact{d}d",
+                    "linear": "upsample_linear1d", "bilinear": "upsample_bilinear2d", "trilinear": "upsample_trilinear3d",
+                    "bicubic": "upsample_bicubic2d", "area": "adaptive_avg_pool{d}d"}
+
+
+def _known_as(node: fx.Node, packet: str) -> tuple:
+    if packet == "hybrid_trt.interpolate":
+        x, mode = node.args[0], node.args[3] if len(node.args) > 3 else node.kwargs.get("mode", "nearest")
+        rank = x.meta["val"].dim() if isinstance(x, fx.Node) and "val" in x.meta else 4
+        pattern = _INTERPOLATE_OPS.get(mode)
+        return (f"aten.{pattern.format(d=rank - 2)}",) if pattern else ()
+    return KEPT_WHOLE_AS.get(packet, ())
 
 
 def _has_unbacked_size(node: fx.Node) -> bool:
