@@ -194,6 +194,7 @@ def _compile_graph(gm: fx.GraphModule, example_inputs, opts: Options, check_weig
             graph.save(report, runtimes, _per_call_json(per_call))  # record what the compiled graph calls
         elif graph.complete:
             graph.fill_report(report, inductor_cache=True)  # served by Inductor's cache
+            _warn_as_stored(report)
             runtimes.extend(graph.runtimes.values())
             per_call.update(_per_call_from_json(graph.per_call))
     if opts.print_report:
@@ -258,6 +259,7 @@ def _served_directly(graph: GraphCache, gm: fx.GraphModule, weights: dict, opts:
     if served is None:
         return None
     graph.fill_report(report, inductor_cache=False)
+    _warn_as_stored(report)
     if opts.print_report:
         print(report.table())
     return _hold(served, runtimes)
@@ -450,6 +452,18 @@ def _launches_work(node: fx.Node) -> bool:
     """An op that runs kernels (a view only reinterprets its input's memory): what placement asks of a
     partition's graph outside it."""
     return classify(node) is NodeKind.OP and not getattr(node.target, "is_view", False)
+
+
+def _warn_as_stored(report: CompileReport) -> None:
+    """A compile served from the cache warns as the compile that stored it did (a graph declined whole, a partition
+    that fell back): a warm process is no place for a silent fallback. Placement's choices were never warnings."""
+    if not report.partitions:
+        _warn_if_declined_whole(report)
+    for k, p in enumerate(report.partitions):
+        if p.status == "fell back to Inductor":
+            why = next((e for e in reversed(p.events) if e.startswith("fell back to Inductor")), "see its report")
+            logger.warning("hybrid_trt: graph %d: partition %d (%s, %d ops) runs on Inductor, as when this graph "
+                           "was compiled and cached: %s", report.graph_index, k, p.delegate, p.op_count, why)
 
 
 def _warn_if_declined_whole(report: CompileReport) -> None:

@@ -1,9 +1,17 @@
 """Warm starts: a second process with the same cache directories builds nothing (every engine loaded, Inductor's
 compiled graph from its cache) and matches eager; the same model written with other Python names gets the same
 content keys; and a compiled graph in Inductor's cache whose engines left the store is never used."""
+import os
+import pathlib
 import shutil
+import subprocess
+import sys
+
+import pytest
 
 from test_cache_isolation import run_child
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def _sources(result) -> list:
@@ -110,3 +118,39 @@ def test_an_entry_that_verifies_but_does_not_load_is_replaced(tmp_path):
     assert rebuilt["matches"] and "built" in _sources(rebuilt), rebuilt["tables"]
     warm = run_child(tmp_path, "hybrid_trt", "detector")
     assert warm["matches"] and set(_sources(warm)) == {"loaded"}, warm["tables"]
+
+
+_WARNS_CHILD = r"""
+import sys, torch, torch.nn as nn, hybrid_trt
+from hybrid_trt.delegates.onnxruntime_delegate import OnnxRuntimeDelegate
+torch.manual_seed(0)
+if sys.argv[1] == "bfloat16":
+    model, x = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.Conv2d(8, 8, 3)).eval().bfloat16(), \
+        torch.randn(1, 3, 16, 16, dtype=torch.bfloat16)
+else:  # every build fails: the partition falls back, and the graph is cached so
+    def broken(*args, **kwargs):
+        raise RuntimeError("injected build failure")
+    OnnxRuntimeDelegate.build = broken
+    model, x = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.Conv2d(8, 8, 3)).eval(), torch.randn(1, 3, 16, 16)
+with torch.no_grad():
+    torch.testing.assert_close(torch.compile(model, backend="hybrid_trt")(x), model(x), rtol=1e-2, atol=1e-2)
+print("WARM", hybrid_trt.last_report().from_graph_manifest)
+"""
+
+
+@pytest.mark.parametrize("case,warning", [("bfloat16", "no op delegated (3 of 3 declined: onnxruntime: dtype "
+                                                       "bfloat16 not supported)"),
+                                          ("build_fails", "Inductor: onnxruntime build failed: injected build failure")])
+def test_a_warm_start_warns_as_the_compile_it_loads(tmp_path, case, warning):
+    """A bfloat16 model's "no op delegated" warning (and a partition's fallback) appeared in the process that
+    compiled it, and never again in the processes its cache served: a silent fallback after a restart."""
+    env = {**os.environ, "HYBRID_TRT_CACHE_DIR": str(tmp_path / "store"),
+           "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"), "PYTHONPATH": str(ROOT)}
+    runs = [subprocess.run([sys.executable, "-c", _WARNS_CHILD, case], env=env, capture_output=True, text=True,
+                           timeout=600) for _ in range(2)]
+    for run, warm in zip(runs, ("False", "True")):
+        assert run.returncode == 0, run.stderr[-3000:]
+        assert f"WARM {warm}" in run.stdout, run.stdout
+        assert run.stderr.count(warning) == 1, run.stderr[-3000:]
+    if case == "build_fails":
+        assert "runs on Inductor, as when this graph was compiled and cached" in runs[1].stderr, runs[1].stderr
