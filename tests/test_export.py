@@ -739,8 +739,10 @@ def test_nested_inputs_export_load_and_call_as_the_model(tmp_path):
         batch, scales = export_models.multimodal_inputs(n)
         with torch.no_grad():
             want = model(batch, scales)
+            reordered = {"points": batch["points"], "image": batch["image"]}  # the same dict to Python
             for got in (loaded(batch, scales), loaded(batch["image"], batch["points"], *scales),
-                        loaded(**dict(zip(names, [batch["image"], batch["points"], *scales])))):
+                        loaded(**dict(zip(names, [batch["image"], batch["points"], *scales]))),
+                        loaded(reordered, scales)):
                 assert set(got) == set(want)
                 for k in want:
                     torch.testing.assert_close(got[k], want[k], rtol=1e-5, atol=1e-5)

@@ -116,6 +116,10 @@ class DeployedModel:
 
     def _flattened(self, inputs: tuple) -> tuple:
         leaves, spec = pytree.tree_flatten(structure.plain(inputs) if self._in_restore is not None else inputs)
+        if spec != self._in_spec:  # dicts match by key, as in Python: their order is the exported one
+            template = pytree.tree_unflatten([None] * self._in_spec.num_leaves, self._in_spec)
+            leaves, spec = pytree.tree_flatten(structure.keys_ordered_like(
+                structure.plain(inputs) if self._in_restore is not None else inputs, template))
         if spec != self._in_spec:
             names = [i["name"] for i in self.manifest["inputs"]]
             raise TypeError(f"hybrid_trt package {self.package.source}: the inputs must have the structure they "

@@ -38,6 +38,16 @@ def plain(x):
     return x
 
 
+def keys_ordered_like(x, template):
+    """``x`` with each dict whose keys are the same as ``template``'s dict at that place put in the template's key
+    order (a pytree spec records insertion order; a dict built in another order is the same input)."""
+    if isinstance(x, dict) and isinstance(template, dict) and set(x) == set(template):
+        return _dict_like(x, ((k, keys_ordered_like(x[k], template[k])) for k in template))
+    if type(x) in (tuple, list) and type(template) in (tuple, list) and len(x) == len(template):
+        return type(x)(keys_ordered_like(v, t) for v, t in zip(x, template))
+    return x
+
+
 def _dict_like(x: dict, items):
     if isinstance(x, collections.defaultdict):
         return type(x)(x.default_factory, items)
