@@ -378,6 +378,16 @@ def test_a_bad_index_into_a_package_is_eagers_index_error(tmp_path):
         assert_close(loaded(ids), model(ids))
 
 
+def test_a_model_failing_on_its_own_example_is_said_to(tmp_path):
+    """The model's own error on the example ("mat1 and mat2 shapes cannot be multiplied") came as "export failed
+    with RuntimeError: ...", which does not say that eager PyTorch, not the export, failed on the example."""
+    model = torch.nn.Linear(4, 2).eval()
+    with pytest.raises(hybrid_trt.ExportError, match=r"the model itself fails on its example inputs at input shapes "
+                                                     r"\[2x5\].*RuntimeError: mat1 and mat2"):
+        hybrid_trt.export(model, (torch.randn(2, 5),), path=tmp_path / "p.pkg")
+    assert not (tmp_path / "p.pkg").exists()
+
+
 def test_one_listed_shape_other_than_the_examples_is_the_shape_exported(tmp_path):
     """``shapes`` lists the shapes to build engines for: a single listed shape that differs from the example's
     is the static shape of the package (it was traced at the example's shape: every listed-shape run fell back,

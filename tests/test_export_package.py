@@ -357,6 +357,7 @@ def test_cli_argument_parsing():
     (["--dynamic", "image:0=3:4"], r"gives input 'image' dimension 0 the size 2, outside 3..4"),
     (["--shape", "nosuch=2x3x16x16"], r"--shape names unknown input\(s\) \['nosuch'\]"),
     (["--shape", "image=2x3x16"], r"--shape image=2x3x16: 3 dimensions; input 'image' has 4"),
+    (["--shape", "image=-2x3x16x16"], r"--shape 'image=-2x3x16x16': a size is negative"),  # was exit 1
 ])
 def test_bad_shape_and_dynamic_arguments_are_usage_errors(tmp_path, capsys, argv, match):
     """Were a raw AssertionError traceback (min > max), torch.export's IndexError or exit code 1 (unknown --shape
@@ -588,3 +589,23 @@ def test_dim_check_reads_the_manifest_dims_and_names_what_is_wrong():
     assert DimCheck(alone).spec_text(alone) == "x=[1..2]x3"
     said = DimCheck(alone).problem([torch.empty(3, 3)])
     assert said == "input 'x' dimension 0 is 3, outside the exported range [1..2]", said
+
+
+@pytest.mark.parametrize("damage,code,named", [(None, 0, None),
+                                               ("flip", pkg.EXIT_CODES["checksums"], "engine.model.onnx (sha256"),
+                                               ("delete", pkg.EXIT_CODES["files"], "missing file(s)")])
+def test_inspect_says_when_a_file_is_missing_or_damaged(package, capsys, damage, code, named):
+    """inspect printed a damaged package's manifest and exited 0, although the docs give inspect the exit codes
+    of the checks; it prints the manifest, then names the missing or damaged files, and exits with their code."""
+    from hybrid_trt.export import cli
+    if damage == "flip":
+        data = bytearray(_engine(package).read_bytes())
+        data[100] ^= 0x01
+        _engine(package).write_bytes(bytes(data))
+    elif damage == "delete":
+        _engine(package).unlink()
+    for argv in (["inspect", str(package)], ["inspect", "--json", str(package)]):
+        assert cli.main(argv) == code
+        out, err = capsys.readouterr()
+        assert "onnxruntime" in out
+        assert (named is None and not err) or (named in err and "hybrid-trt inspect: error:" in err), err

@@ -199,7 +199,7 @@ def export(model: torch.nn.Module, example_inputs, *, dynamic_shapes=None, shape
     try:                                                 # are put back when export ends, whatever happens
         with torch.no_grad():
             to_eval(model)
-            eager = [flat_outputs(model(*c)) for c in cases]
+            eager = [flat_outputs(_eager_run(model, c)) for c in cases]
         progress("capturing with torch.export", 0, 1)
         from ..capture.exported import capture_export
         # (torch.export reads the dynamic shapes of a forward(*leaves) as those of one argument)
@@ -581,7 +581,8 @@ def _manifest(capture, cases, names, opts, report, partitions, references, runti
         "versions": pkg.current_versions(delegates, device),
         "gpu_arch": pkg.current_arch(device),
         "environment": env,
-        "options": pkg.jsonable(dataclasses.asdict(opts)),
+        # the export machine's cache location means nothing where the package is loaded (it never uses a cache)
+        "options": pkg.jsonable({k: v for k, v in dataclasses.asdict(opts).items() if k != "cache_dir"}),
         "inputs": [{"name": n, "dtype": str(t.dtype).replace("torch.", ""),
                     "dynamic_dims": [d for d, s in enumerate(capture.inputs[i].shape) if not isinstance(s, int)],
                     "dims": describe_dims(capture.inputs[i].shape, capture.program.range_constraints)}
@@ -624,6 +625,15 @@ def flat_outputs(out) -> list[torch.Tensor]:
                           "counted over its flattened outputs); return tensors (in tuples, lists or dicts) only: "
                           "wrap a number in torch.tensor(...) or leave it out of the outputs")
     return [x.detach() for x in leaves]
+
+
+def _eager_run(model, case):
+    try:
+        return model(*case)
+    except Exception as e:
+        raise ExportError(f"hybrid_trt.export: the model itself fails on its example inputs at input shapes "
+                          f"{shapes_text(case)}, run by eager PyTorch before any export work: {type(e).__name__}: {e}. "
+                          "Check the example inputs (a factory's, or the listed shapes)") from e
 
 
 def _save_reference(staging: pathlib.Path, i: int, case, expected) -> dict:

@@ -242,6 +242,9 @@ def parse_shape(text: str) -> dict:
         except ValueError:
             raise UsageError(f"--shape {text!r}: expected NAME=1x3x224x224 (several inputs: "
                              "NAME=...,NAME=...)") from None
+        if any(d < 0 for d in out[name.strip()]):
+            raise UsageError(f"--shape {text!r}: a size is negative; sizes are 0 or more (a range of sizes is "
+                             "given with --dynamic NAME:DIM=MIN:MAX)")
     return out
 
 
@@ -498,17 +501,26 @@ class ProgressBar:
 
 
 def _inspect(args) -> int:
-    from .input_dims import DimCheck
-    from .package import PackageError, open_package
+    from .package import PackageError, check_files, open_package
     try:
         package = open_package(args.path)
     except PackageError as e:
         print(f"hybrid-trt inspect: error: {e}", file=sys.stderr)
         return e.exit_code
-    m = package.manifest
     if args.json:
-        print(json.dumps(m, indent=1))
-        return 0
+        print(json.dumps(package.manifest, indent=1))
+    else:
+        _print_manifest(package)
+    # The manifest shows what the package should hold; a file missing or damaged since is said, and is the exit code.
+    failed = [c for c in check_files(package) if c.passed is False]
+    for check in failed:
+        print(f"hybrid-trt inspect: error: {check.detail}", file=sys.stderr)
+    return failed[0].exit_code if failed else 0
+
+
+def _print_manifest(package) -> None:
+    from .input_dims import DimCheck
+    m = package.manifest
     print(f"package {package.source} (format {m['format_version']}, created {m.get('created')}, "
           f"device {m.get('device')}, gpu arch {m.get('gpu_arch')})")
     print("versions: " + ", ".join(f"{k} {v}" for k, v in m.get("versions", {}).items()))
@@ -550,7 +562,6 @@ def _inspect(args) -> int:
     print("options: " + ", ".join(f"{k}={v}" for k, v in options.items()))
     if m.get("report_text"):
         print(m["report_text"])
-    return 0
 
 
 def _table(rows) -> str:

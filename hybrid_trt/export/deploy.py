@@ -143,7 +143,7 @@ class DeployedModel:
 
     def _wrong_input(self, name: str, dtype: torch.dtype, rank: int, given) -> TypeError:
         what = (f"a {given.dtype} tensor of rank {given.dim()} on {given.device}" if isinstance(given, torch.Tensor)
-                else f"a {type(given).__name__}")
+                else f"a value of type {type(given).__name__}")
         return TypeError(f"hybrid_trt package {self.package.source}: input {name!r} must be a {dtype} tensor of "
                          f"rank {rank} on {self.device.type}, got {what}. The package runs the dtypes, ranks and "
                          "device it was exported for: convert the input (e.g. x.to(dtype)), or export again with "
