@@ -201,6 +201,46 @@ def test_user_errors_say_what_to_do():
         SubMConv3d(3, 2, 5, indice_key="k")(x)
 
 
+def test_bad_inputs_a_review_found_are_errors():
+    """Each was accepted silently (or failed later with an IndexError): rows that do not pair up, integer features
+    (truncated outputs), a SubM key reused after a strided conv changed the sites (a stale rulebook), an inverse conv
+    on a tensor that is not its conv's output, and one input tensor run twice (named as "another layer")."""
+    features, indices = random_cloud(1, (6, 6, 6), 0.2, 4, seed=3)
+    with pytest.raises(ValueError, match="features and indices have different numbers of rows"):
+        SparseConvTensor(torch.randn(5, 4), indices[:2], (6, 6, 6), 1)
+    with pytest.raises(TypeError, match="floating-point"):
+        SparseConvTensor(features.long(), indices, (6, 6, 6), 1)
+    x = SparseConvTensor(features, indices, (6, 6, 6), 1)
+    net = SparseSequential(SubMConv3d(4, 4, 3, indice_key="s"), SparseConv3d(4, 4, 3, padding=1, indice_key="d"),
+                           SubMConv3d(4, 4, 3, indice_key="s"))
+    with pytest.raises(ValueError, match="already used by a SubMConv3d on other active sites"):
+        net(x)
+    x = SparseConvTensor(features, indices, (6, 6, 6), 1)
+    down = SparseConv3d(4, 4, 3, stride=2, padding=1, indice_key="down")
+    down(x)
+    with pytest.raises(ValueError, match="not on the output sites of the SparseConv3d under indice_key 'down'"):
+        SparseInverseConv3d(4, 4, 3, indice_key="down")(x)
+    with pytest.raises(ValueError, match="make a new SparseConvTensor for each call"):
+        down(x)
+    # the usual flow still holds: conv, SubM on its sites, inverse back
+    y = SubMConv3d(4, 4, 3, indice_key="low")(down(SparseConvTensor(features, indices, (6, 6, 6), 1)))
+    assert SparseInverseConv3d(4, 4, 3, indice_key="down")(y).features.shape == features.shape
+
+
+@pytest.mark.parametrize("row,problem", [((0, 6, 0, 0), r"outside batch_size=1 and spatial_shape=\(6, 6, 6\)"),
+                                         ((0, 0, -1, 2), "outside"), ((1, 0, 0, 0), "outside batch_size=1"),
+                                         (None, "appears 2 times")])
+def test_check_names_sites_outside_the_grid_or_batch_and_duplicates(row, problem):
+    """A site outside the grid is read as another row's or sample's (its features leaked into sample 1's output),
+    and a duplicate races; neither is checked per call, and ``check()`` finds both."""
+    features, indices = random_cloud(1, (6, 6, 6), 0.2, 4, seed=3)
+    assert SparseConvTensor(features, indices, (6, 6, 6), 1).check() is not None
+    bad = indices.clone()
+    bad[-1] = torch.tensor(row, dtype=bad.dtype) if row is not None else bad[0]
+    with pytest.raises(ValueError, match=problem):
+        SparseConvTensor(features, bad, (6, 6, 6), 1).check()
+
+
 def test_opcheck_ops():
     features, indices = random_cloud(2, (5, 5, 5), 0.2, 4, seed=9)
     nbr = ops.sparse_rulebook_subm(indices, [5, 5, 5], [3, 3, 3], [1, 1, 1])

@@ -39,7 +39,8 @@ class SparseConvTensor:
 
     Args:
         features: ``[N, C]`` features of the active sites.
-        indices: int32 ``[N, 4]`` rows ``(batch, z, y, x)``; must be unique.
+        indices: int32 ``[N, 4]`` rows ``(batch, z, y, x)`` (int64 runs too, never through the delegate's
+            plugin); unique, and inside the batch and the grid (not checked per call: see ``check``).
         spatial_shape: ``(D, H, W)`` of the voxel grid.
         batch_size: number of samples in the batch.
     """
@@ -58,6 +59,13 @@ class SparseConvTensor:
             )
         if features.dim() != 2:
             raise ValueError(f"SparseConvTensor: features must be [N, C], got {tuple(features.shape)}")
+        if not features.is_floating_point():  # as nn.Conv3d: an integer conv would round every output
+            raise TypeError(f"SparseConvTensor: features must be a floating-point tensor, got {features.dtype}")
+        if indice_dict is None:  # made by the caller (derived tensors share their source's dict and rows)
+            # (a message without the sizes: Dynamo traces this check only with a closure of constants)
+            torch._check_value(features.shape[0] == indices.shape[0], lambda: (
+                "SparseConvTensor: features and indices have different numbers of rows; row i of features belongs "
+                "to the site in row i of indices"))
         self.features = features
         self.indices = indices
         self.spatial_shape = tuple(int(s) for s in spatial_shape)
@@ -67,6 +75,27 @@ class SparseConvTensor:
         # Shared by every tensor derived from this one, as in spconv, so an
         # inverse conv deep in a decoder finds its encoder's rulebook.
         self.indice_dict = {} if indice_dict is None else indice_dict
+
+    def check(self) -> "SparseConvTensor":
+        """Raise ``ValueError`` naming the first bad row when a site lies outside the grid or the batch, or appears
+        twice; else return ``self``. Not done per call: it reads every row (on a GPU it waits for the data), and the
+        convs take the rows as given (a site outside the grid is read as another sample's or row's site, see
+        docs/sparse.md). Call it where the indices are made, in a data pipeline or a test."""
+        idx = self.indices.long()
+        limits = torch.tensor([self.batch_size, *self.spatial_shape], device=idx.device)
+        bad = ((idx < 0) | (idx >= limits)).any(dim=1).nonzero()
+        if bad.numel():
+            row = int(bad[0])
+            raise ValueError(f"SparseConvTensor: indices row {row} {tuple(idx[row].tolist())} (batch, z, y, x) lies "
+                             f"outside batch_size={self.batch_size} and spatial_shape={self.spatial_shape} "
+                             f"({bad.numel()} such row(s))")
+        unique, counts = torch.unique(idx, dim=0, return_counts=True)
+        if unique.shape[0] != idx.shape[0]:
+            site = tuple(unique[counts > 1][0].tolist())
+            raise ValueError(f"SparseConvTensor: site {site} (batch, z, y, x) appears {int(counts.max())} times; "
+                             f"{idx.shape[0] - unique.shape[0]} duplicate row(s) in all. Sites must be unique "
+                             "(merge duplicates first, e.g. by averaging their features)")
+        return self
 
     def replace_feature(self, features: torch.Tensor) -> "SparseConvTensor":
         return SparseConvTensor(features, self.indices, self.spatial_shape, self.batch_size, self.indice_dict)
@@ -165,6 +194,11 @@ class SubMConv3d(_SparseConv):
     def forward(self, x: SparseConvTensor) -> SparseConvTensor:
         self._check_input(x)
         rb = x.find_indice_pair(self.indice_key)
+        if rb is not None and rb.subm and rb.in_indices is not x.indices:
+            raise ValueError(
+                f"indice_key {self.indice_key!r} is already used by a SubMConv3d on other active sites (a strided "
+                f"conv changed them since, or the input differs); a key names one set of sites: give this "
+                f"{type(self).__name__} its own indice_key")
         if rb is None or not (rb.subm and rb.kernel_size == self.kernel_size and rb.dilation == self.dilation):
             if rb is not None:
                 raise ValueError(
@@ -195,8 +229,10 @@ class SparseConv3d(_SparseConv):
         rb = x.find_indice_pair(self.indice_key)
         if rb is not None:
             raise ValueError(
-                f"indice_key {self.indice_key!r} is already taken by another layer; each "
-                f"SparseConv3d needs a unique indice_key (its SparseInverseConv3d uses the same key)"
+                f"indice_key {self.indice_key!r} is already taken: by another layer (each SparseConv3d needs a "
+                f"unique indice_key, which its SparseInverseConv3d uses too), or by this one on an earlier call with "
+                f"the same input SparseConvTensor, whose indice_dict keeps every rulebook (make a new "
+                f"SparseConvTensor for each call)"
             )
         out_indices, nbr, order = ops.sparse_rulebook_strided(
             x.indices, list(x.spatial_shape), list(self.kernel_size), list(self.stride),
@@ -235,6 +271,12 @@ class SparseInverseConv3d(_SparseConv):
             raise ValueError(
                 f"SparseInverseConv3d: kernel_size {self.kernel_size} differs from the forward conv's "
                 f"{rb.kernel_size} under indice_key {self.indice_key!r}"
+            )
+        if x.indices is not rb.out_indices:
+            raise ValueError(
+                f"SparseInverseConv3d: its input is not on the output sites of the SparseConv3d under indice_key "
+                f"{self.indice_key!r} (its {x.features.shape[0]} rows are other sites); apply it to that conv's "
+                "output, or to what SubMConv3d layers and feature-wise modules made of it"
             )
         inv_key = self.indice_key + "/inverse"
         inv = x.indice_dict.get(inv_key)

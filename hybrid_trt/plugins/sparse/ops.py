@@ -86,7 +86,8 @@ def _check_indices(indices: torch.Tensor, op: str) -> None:
             f"{op}: indices must be [N, 4] rows of (batch, z, y, x), got shape {tuple(indices.shape)}"
         )
     if indices.dtype not in (torch.int32, torch.int64):
-        raise TypeError(f"{op}: indices must be int32 (spconv convention), got {indices.dtype}")
+        raise TypeError(f"{op}: indices must be int32 (spconv's convention, the one the delegate's plugin takes) or "
+                        f"int64, got {indices.dtype}")
 
 
 def _check_geometry(spatial_shape, kernel_size, stride, padding, dilation, op: str) -> None:
