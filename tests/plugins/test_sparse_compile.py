@@ -158,3 +158,27 @@ def test_compare_detections_accepts_cutoff_swaps_and_rejects_wrong_boxes():
     # Wrong scores: rejected.
     with pytest.raises(AssertionError, match="not close"):
         lidar_detector.compare_detections(reference, (boxes, scores.flip(1), labels), atol=1e-4, rtol=1e-4)
+
+
+def test_without_fullgraph_the_ops_own_python_is_never_compiled(recwarn):
+    """Without fullgraph (and without capture_dynamic_output_shape_ops), the graph breaks at each strided rulebook
+    and the op runs eagerly; Dynamo then compiled the op's Python implementation as user code (21 graphs for a
+    4-layer net, pieces of the rulebook sent to ONNX Runtime, and torch's lru_cache warning)."""
+    import hybrid_trt
+    torch.manual_seed(0)
+    model = UNetish((6, 7, 8), 2).eval()
+    features, indices = random_cloud(2, (6, 7, 8), 0.2, 3, seed=0)
+    seen = []
+
+    def backend(gm, example_inputs):
+        seen.append(gm)
+        return hybrid_trt.hybrid_trt_backend(gm, example_inputs)
+
+    torch._dynamo.reset()
+    with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=False), torch.no_grad():
+        out = torch.compile(model, backend=backend)(features, indices)
+        torch.testing.assert_close(out, model(features, indices))
+    traced_from = {n.meta.get("stack_trace", "") for gm in seen for n in gm.graph.nodes}
+    inside = [t for t in traced_from if "plugins/sparse/ops.py" in t or "plugins/sparse/reference.py" in t]
+    assert seen and not inside, inside[:1]
+    assert not [w for w in recwarn if "lru_cache" in str(w.message)]

@@ -74,8 +74,11 @@ def _define(schema: str, torch_impl, cuda_impl, fake):
     fake implementations; returns the op overload."""
     name = schema.split("(", 1)[0]
     _LIB.define(schema, tags=(torch.Tag.pt2_compliant_tag,))
-    _LIB.impl(name, torch_impl, "CompositeExplicitAutograd")
-    _LIB.impl(name, cuda_impl, "CUDA")
+    # Disabled for Dynamo: where a graph breaks at an op (a strided rulebook without fullgraph), the op runs eagerly,
+    # and Dynamo would otherwise compile its Python implementation as user code (21 graphs for a 4-layer net, and
+    # torch's lru_cache warning). Tracing never runs these (it runs the fake).
+    _LIB.impl(name, torch.compiler.disable(torch_impl), "CompositeExplicitAutograd")
+    _LIB.impl(name, torch.compiler.disable(cuda_impl), "CUDA")
     torch.library.register_fake(f"hybrid_trt::{name}", fake, lib=_LIB)
     return getattr(torch.ops.hybrid_trt, name).default
 
