@@ -10,9 +10,13 @@ import sys
 CHILD = pathlib.Path(__file__).with_name("cache_child.py")
 
 
-def run_child(tmp_path, backend: str, model: str) -> dict:
-    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"),
-               HYBRID_TRT_CACHE_DIR=str(tmp_path / "hybrid_trt"))
+def run_child(tmp_path, backend: str, model: str, fresh_inductor: bool = True) -> dict:
+    """``fresh_inductor``: Inductor's cache directory is the test's own, empty at its first child (what this file
+    checks); False leaves it the test run's (conftest.py), where the C++ Inductor compiled for earlier tests is
+    found again. A hybrid graph's entries there are tied to this test's own store, so none is served across tests."""
+    env = dict(os.environ, HYBRID_TRT_CACHE_DIR=str(tmp_path / "hybrid_trt"))
+    if fresh_inductor:
+        env["TORCHINDUCTOR_CACHE_DIR"] = str(tmp_path / "inductor")
     for name in ("TORCHINDUCTOR_FX_GRAPH_CACHE", "TORCHINDUCTOR_AUTOGRAD_CACHE", "TORCHINDUCTOR_FORCE_DISABLE_CACHES",
                  "HYBRID_TRT_CACHE"):
         env.pop(name, None)  # the defaults are under test
@@ -21,6 +25,12 @@ def run_child(tmp_path, backend: str, model: str) -> dict:
     assert proc.returncode == 0, proc.stderr[-4000:]
     line = next(line for line in proc.stdout.splitlines() if line.startswith("RESULT "))
     return json.loads(line[len("RESULT "):])
+
+
+def run_store_child(tmp_path, backend: str, model: str) -> dict:
+    """A fresh process against this test's store, with the test run's Inductor cache (warm-start tests: the C++
+    Inductor compiled for earlier tests is found again; their hybrid graphs are tied to their own store)."""
+    return run_child(tmp_path, backend, model, fresh_inductor=False)
 
 
 def _delegated(result) -> list:

@@ -1161,13 +1161,14 @@ def test_an_infinity_in_an_output_leaves_the_check_of_its_finite_values_as_stric
     assert OutputCheck().problem([torch.tensor([float("-inf"), 1.0, 2.0, 3.0])], expected) is not None
 
 
-def test_load_warns_once_when_the_manifest_names_other_versions(tmp_path, caplog):
+def test_load_warns_once_when_the_manifest_names_other_versions(mlp_package, tmp_path, caplog):
     """verify fails on it (exit 6); load said nothing while the engines' own entries still loaded (a package whose
     AOTInductor code came from another torch, say)."""
     import json
+    import shutil
     from hybrid_trt.export import package as pkg
     model, x = _mlp(), torch.randn(2, 4)
-    path = hybrid_trt.export(model, (x,), path=tmp_path / "p.pkg", options={"min_block_size": 1, "num_threads": 1})
+    path = shutil.copytree(mlp_package, tmp_path / "p.pkg")  # edited below: the shared one stays as exported
     with caplog.at_level("WARNING", logger="hybrid_trt"):
         hybrid_trt.load(path)
     assert "other versions" not in caplog.text, caplog.text
@@ -1214,11 +1215,16 @@ def test_an_adaptive_pool_keeps_a_listed_dimension_dynamic_and_its_range_checked
         loaded(torch.randn(1, 3, 40, 8))
 
 
+@pytest.fixture(scope="module")
+def mlp_package(tmp_path_factory):
+    """One small package for the tests that only load it (an export compiles C++: ~10 s on the 2-core machine)."""
+    return hybrid_trt.export(_mlp(), (torch.randn(2, 4),), path=tmp_path_factory.mktemp("mlp") / "p.pkg",
+                             options={"min_block_size": 1, "num_threads": 1})
+
+
 @pytest.mark.parametrize("kwargs,match", [({"cuda_graphs": "yes"}, "cuda_graphs is True, False or None"),
                                           ({"device": "cpu:1"}, "no CPU device cpu:1")])
-def test_load_refuses_arguments_that_are_not_ones(tmp_path, kwargs, match):
+def test_load_refuses_arguments_that_are_not_ones(mlp_package, kwargs, match):
     """Both were accepted silently ('yes' read as true; cpu:1 as the CPU)."""
-    path = hybrid_trt.export(_mlp(), (torch.randn(2, 4),), path=tmp_path / "p.pkg",
-                             options={"min_block_size": 1, "num_threads": 1})
     with pytest.raises(ValueError, match=match):
-        hybrid_trt.load(path, **kwargs)
+        hybrid_trt.load(mlp_package, **kwargs)

@@ -8,7 +8,8 @@ import pytest
 
 from hybrid_trt.engines.store import CorruptEntry, EngineStore
 
-from test_cache_isolation import run_child
+# Each test's own store, and the test run's Inductor cache (these tests are about the store).
+from test_cache_isolation import run_store_child as run_child
 
 
 def _key(name: str) -> str:

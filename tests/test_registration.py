@@ -41,7 +41,6 @@ def _env(tmp_path):
     dist-info built from setup.py's entry point so the same discovery path is exercised."""
     env = dict(os.environ)
     env.pop("PYTHONPATH", None)
-    env["TORCHINDUCTOR_CACHE_DIR"] = str(tmp_path / "inductor")
     if _entry_point_installed():
         return env, "installed"
     setup = (ROOT / "setup.py").read_text()

@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from test_cache_isolation import run_child
+# Each test's own store, and the test run's Inductor cache (these tests are about the store).
+from test_cache_isolation import run_store_child as run_child
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -144,8 +145,7 @@ print("WARM", hybrid_trt.last_report().from_graph_manifest)
 def test_a_warm_start_warns_as_the_compile_it_loads(tmp_path, case, warning):
     """A bfloat16 model's "no op delegated" warning (and a partition's fallback) appeared in the process that
     compiled it, and never again in the processes its cache served: a silent fallback after a restart."""
-    env = {**os.environ, "HYBRID_TRT_CACHE_DIR": str(tmp_path / "store"),
-           "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"), "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "HYBRID_TRT_CACHE_DIR": str(tmp_path / "store"), "PYTHONPATH": str(ROOT)}
     runs = [subprocess.run([sys.executable, "-c", _WARNS_CHILD, case], env=env, capture_output=True, text=True,
                            timeout=600) for _ in range(2)]
     for run, warm in zip(runs, ("False", "True")):
