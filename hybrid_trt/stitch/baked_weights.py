@@ -35,6 +35,7 @@ the compile made for it (its id could be reused by another tensor).
 from __future__ import annotations
 
 import contextlib
+import functools
 import operator
 import threading
 import weakref
@@ -117,6 +118,8 @@ def checked(compiled: Callable, weights: Mapping[int, torch.Tensor], original: f
     positions = _spread(sorted(weights), CHECKED)
     if not positions:
         return compiled
+    if any(w.is_inference() for w in weights.values()):
+        _warn_inference_weights()
     pick = operator.itemgetter(*positions)
     ids = (lambda args: (id(pick(args)),)) if len(positions) == 1 else (lambda args: tuple(map(id, pick(args))))
     expected = ids([weights.get(i) for i in range(positions[-1] + 1)])
@@ -241,6 +244,17 @@ class _Reregistered:
             self.seen = seen
 
 
+@functools.cache
+def _warn_inference_weights() -> None:
+    # Once per process: the model is built that way once, and said to be before it is changed, not after.
+    logger.warning(
+        "hybrid_trt: the model's weights are inference tensors (created under torch.inference_mode()), which keep "
+        "no version counter: delegated partitions bake them at compile time, and a later in-place change "
+        "(load_state_dict, param.mul_(...)) cannot be seen, so calls would keep the weights baked now. Load the "
+        "weights before compiling and call torch._dynamo.reset() after changing them, or build the model outside "
+        "torch.inference_mode() (calling it under inference_mode is fine)")
+
+
 def _versioned(weights: Mapping[int, torch.Tensor], state: list) -> list:
     """Positions of the weights whose version counters are compared per call: up to ``VERSIONS_CHECKED``
     parameters and as many other weights (batch-norm statistics), spread over the graph. Inference tensors have
@@ -313,9 +327,11 @@ class _OtherWeights:
         self.lock = threading.Lock()
 
     # What changed, for the warning: weights changed in place (_Refreshed), or a weight object replaced (_Reregistered).
-    IN_PLACE = ("weights baked into its engines were changed in place (e.g. load_state_dict, or batch-norm statistics "
+    # "compiled with", not "baked": the sample watches every weight the graph reads, those only Inductor's code reads
+    # too (a change there alone recompiles what did not need it; telling them apart per call would cost more).
+    IN_PLACE = ("weights it was compiled with were changed in place (e.g. load_state_dict, or batch-norm statistics "
                 "updated by a train-mode forward)")
-    REPLACED = "a weight baked into its engines was replaced by another tensor (e.g. module.weight = nn.Parameter(...))"
+    REPLACED = "a weight it was compiled with was replaced by another tensor (e.g. module.weight = nn.Parameter(...))"
 
     def recompile(self, args: list, change: str = IN_PLACE) -> Callable:
         """A compile for the weights of a call whose baked weights changed since the last one (called under
