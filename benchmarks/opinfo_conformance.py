@@ -337,7 +337,7 @@ def pick_samples(op, dtype, limit: Optional[int]) -> list:
     most weight of features not seen yet (0-d, zero-size, other ranks, other arguments), so a few samples reach
     the edge cases a capability check has to decline."""
     # Seeded once, not before each sample as OpInfo does by default (set_seed): the same samples at every run, and
-    # that per-sample reseeding was a fifth of the CI run's time
+    # that per-sample reseeding was a fifth of the CI OpInfo fixture's time
     torch.manual_seed(0)
     try:
         samples = list(op.sample_inputs("cpu", dtype, set_seed=False))
